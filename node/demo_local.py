@@ -1,0 +1,87 @@
+"""`specmarket demo`: the local demo (until the networked demo exists).
+
+Shows, on the shipped pair and fixed prompts, that every drafter leaves the GUMBEL output
+identical to plain decoding, that an honest drafter cuts target passes, and that the textbook
+LEVIATHAN rule is forged by a lying drafter.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from tqdm import tqdm
+
+from node.generate import GenerateConfig, generate
+from node.models import load_pair
+from node.plots import write_theory_plots
+from verifier.params import SamplingParams
+from verifier.verify import Rule
+
+DEMO_PROMPTS = (
+    "import os\nimport sys\n\n\ndef main(",
+    "class Stack:\n    def __init__(self):\n        ",
+    "    for i in range(len(",
+)
+DEMO_RUNS = (
+    ("none", Rule.GUMBEL),
+    ("local", Rule.GUMBEL),
+    ("random", Rule.GUMBEL),
+    ("adversarial", Rule.GUMBEL),
+    ("lying", Rule.GUMBEL),
+    ("garbage", Rule.GUMBEL),
+    ("local", Rule.LEVIATHAN),
+    ("lying", Rule.LEVIATHAN),
+)
+DEMO_PARAMS = SamplingParams(temperature=0.8)
+
+
+def _row(drafter: str, rule: Rule, runs: list[dict], reference: list[list[int]]) -> dict:
+    n_tokens = sum(len(r["tokens"]) for r in runs)
+    wall = sum(r["stats"]["wall_seconds"] for r in runs)
+    proposed = sum(r["stats"]["draft_tokens_proposed"] for r in runs)
+    accepted = sum(r["stats"]["draft_tokens_accepted"] for r in runs)
+    return {
+        "drafter": drafter,
+        "rule": rule.value,
+        "identical_to_plain": all(r["tokens"] == ref for r, ref in zip(runs, reference, strict=True)),
+        "tokens_per_second": round(n_tokens / wall, 1) if wall else 0.0,
+        "target_passes": sum(r["stats"]["target_passes"] for r in runs),
+        "acceptance_rate": round(accepted / proposed, 3) if proposed else 0.0,
+        "invalid_proposals": sum(r["stats"]["invalid_proposals"] for r in runs),
+    }
+
+
+def _print_table(rows: list[dict]) -> None:
+    header = f"{'drafter':<12} {'rule':<10} {'same as plain':<14} {'tok/s':>7} {'passes':>7} {'accept':>7} {'invalid':>8}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['drafter']:<12} {r['rule']:<10} {('yes' if r['identical_to_plain'] else 'NO'):<14} "
+            f"{r['tokens_per_second']:>7} {r['target_passes']:>7} {r['acceptance_rate']:>7} {r['invalid_proposals']:>8}"
+        )
+
+
+def run_demo(max_new_tokens: int, out: Path) -> int:
+    pair = load_pair()
+    base = GenerateConfig(prompt="", max_new_tokens=max_new_tokens, params=DEMO_PARAMS)
+    rows, reference = [], []
+    for drafter, rule in tqdm(DEMO_RUNS, desc="demo runs", unit="config"):
+        runs = [generate(replace(base, prompt=p, seed=i, drafter=drafter, rule=rule), pair) for i, p in enumerate(DEMO_PROMPTS)]
+        if drafter == "none":
+            reference = [r["tokens"] for r in runs]
+        rows.append(_row(drafter, rule, runs, reference))
+        if drafter == "lying" and rule is Rule.LEVIATHAN:
+            print(f"\nLEVIATHAN + lying drafter, prompt 1 continuation:\n{runs[0]['text']!r}\n")
+    _print_table(rows)
+    gumbel_ok = all(r["identical_to_plain"] for r in rows if r["rule"] == "gumbel")
+    forged = not next(r for r in rows if r["drafter"] == "lying" and r["rule"] == "leviathan")["identical_to_plain"]
+    print(f"\nGUMBEL output identical to plain decoding for every drafter: {gumbel_ok}")
+    print(f"textbook LEVIATHAN rule forged by the lying drafter: {forged}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "demo.json").write_text(json.dumps({"rows": rows, "prompts": DEMO_PROMPTS}, indent=2))
+    write_theory_plots([0.5, 0.7, 0.9], 0.1, 4, 2000, out)
+    print(f"wrote {out / 'demo.json'} and theory plots in {out}/")
+    return 0 if gumbel_ok else 1

@@ -1,0 +1,155 @@
+"""Decode loops: plain autoregressive decoding (the reference) and speculative decoding.
+
+Both run over the ``LanguageModel`` interface; a proposer only ever changes how many tokens a
+target pass yields, never which tokens (under Rule.GUMBEL).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from verifier.errors import InvalidParams, SpecmarketError
+from verifier.model import LanguageModel, score
+from verifier.params import SamplingParams
+from verifier.proposal import EMPTY, MAX_GAMMA, Proposal, validate_proposal
+from verifier.verify import Rule, sample_token, verify
+
+log = logging.getLogger(__name__)
+
+TokenCallback = Callable[[Sequence[int]], None]
+
+
+class Proposer(Protocol):
+    """Anything that drafts: a local model, a hostile test double, a remote peer."""
+
+    name: str
+
+    def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int) -> object:
+        """Draft up to ``gamma`` tokens after ``context``; ``start`` is k of the first one."""
+
+
+@dataclass
+class DecodeStats:
+    target_passes: int = 0
+    target_positions: int = 0  # positions the target scored (prompt prefill included)
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+    invalid_proposals: int = 0
+    accepted_per_round: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.draft_tokens_accepted / self.draft_tokens_proposed if self.draft_tokens_proposed else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per target pass (accepted drafts + the recovered/bonus token)."""
+        rounds = len(self.accepted_per_round)
+        return (sum(self.accepted_per_round) + rounds) / rounds if rounds else 0.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "target_passes": self.target_passes,
+            "target_positions": self.target_positions,
+            "draft_tokens_proposed": self.draft_tokens_proposed,
+            "draft_tokens_accepted": self.draft_tokens_accepted,
+            "invalid_proposals": self.invalid_proposals,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "mean_accepted_length": round(self.mean_accepted_length, 4),
+        }
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    tokens: tuple[int, ...]
+    stats: DecodeStats
+
+
+def _check_args(prompt: Sequence[int], max_new_tokens: int, gamma: int = 0) -> None:
+    if not prompt:
+        raise InvalidParams("the prompt must contain at least one token")
+    if max_new_tokens < 0:
+        raise InvalidParams(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if not 0 <= gamma <= MAX_GAMMA:
+        raise InvalidParams(f"gamma must be in [0, {MAX_GAMMA}], got {gamma}")
+
+
+def _emit(out: list[int], new: Sequence[int], stop_token: int | None, on_token: TokenCallback | None) -> bool:
+    """Append ``new`` to ``out`` up to and including a stop token; True when decoding must stop."""
+    stopped = stop_token is not None and stop_token in new
+    if stopped:
+        new = new[: list(new).index(stop_token) + 1]
+    out.extend(new)
+    if on_token is not None and new:
+        on_token(new)
+    return stopped
+
+
+def decode_plain(
+    target: LanguageModel,
+    prompt: Sequence[int],
+    *,
+    params: SamplingParams,
+    seed: int,
+    max_new_tokens: int,
+    stop_token: int | None = None,
+    on_token: TokenCallback | None = None,
+) -> DecodeResult:
+    """The reference: one target pass per token, y_k = sample_token(logits, params, seed, k)."""
+    _check_args(prompt, max_new_tokens)
+    stats, out = DecodeStats(), []
+    while len(out) < max_new_tokens:
+        logits, positions = score(target, [*prompt, *out])
+        stats.target_passes += 1
+        stats.target_positions += positions
+        stats.accepted_per_round.append(0)
+        if _emit(out, [sample_token(logits[-1], params, seed, len(out))], stop_token, on_token):
+            break
+    return DecodeResult(tuple(out), stats)
+
+
+def _propose(proposer: Proposer, context, k: int, gamma: int, params, seed, rule: Rule, vocab: int, stats) -> Proposal:
+    if gamma == 0:
+        return EMPTY
+    try:
+        raw = proposer.propose(context, start=k, gamma=gamma, params=params, seed=seed)
+        return validate_proposal(raw, gamma=gamma, vocab_size=vocab, need_probs=rule is Rule.LEVIATHAN)
+    except SpecmarketError as exc:  # a bad or failed proposal costs speed, never correctness
+        stats.invalid_proposals += 1
+        log.warning("proposer %s: proposal rejected at k=%d: %s", proposer.name, k, exc)
+        return EMPTY
+
+
+def decode_speculative(
+    target: LanguageModel,
+    proposer: Proposer,
+    prompt: Sequence[int],
+    *,
+    params: SamplingParams,
+    seed: int,
+    max_new_tokens: int,
+    gamma: int,
+    rule: Rule = Rule.GUMBEL,
+    stop_token: int | None = None,
+    on_token: TokenCallback | None = None,
+) -> DecodeResult:
+    """Speculative decoding: each round drafts γ tokens and verifies them in one target pass."""
+    _check_args(prompt, max_new_tokens, gamma)
+    stats, out = DecodeStats(), []
+    while len(out) < max_new_tokens:
+        k, context = len(out), [*prompt, *out]
+        round_gamma = min(gamma, max_new_tokens - k - 1)  # never emit past max_new_tokens
+        draft = _propose(proposer, context, k, round_gamma, params, seed, rule, target.vocab_size, stats)
+        logits, positions = score(target, context, draft.tokens)  # [γ'+1, V]
+        verdict = verify(logits, draft.tokens, params=params, seed=seed, start=k, rule=rule, draft_probs=draft.probs)
+        stats.target_passes += 1
+        stats.target_positions += positions
+        stats.draft_tokens_proposed += len(draft.tokens)
+        stats.draft_tokens_accepted += verdict.n_accepted
+        stats.accepted_per_round.append(verdict.n_accepted)
+        if _emit(out, verdict.tokens, stop_token, on_token):
+            break
+    return DecodeResult(tuple(out), stats)

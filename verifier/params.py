@@ -1,0 +1,78 @@
+"""Sampling parameters and the one logits-processing function every component shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from verifier.errors import InvalidParams
+
+MAX_TEMPERATURE = 100.0
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy; top_k 0 means off; top_p 1.0 means off."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        t, k, p = self.temperature, self.top_k, self.top_p
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not np.isfinite(t):
+            raise InvalidParams(f"temperature must be a finite number, got {t!r}")
+        if not 0.0 <= t <= MAX_TEMPERATURE:
+            raise InvalidParams(f"temperature must be in [0, {MAX_TEMPERATURE}], got {t}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise InvalidParams(f"top_k must be an integer >= 0 (0 = off), got {k!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+            raise InvalidParams(f"top_p must be in (0, 1] (1 = off), got {p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"temperature": float(self.temperature), "top_k": self.top_k, "top_p": float(self.top_p)}
+
+
+def process_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:  # [V] -> [V] float64
+    """Temperature, then top-k, then top-p, in float64; removed tokens become -inf.
+
+    Order and tie rules (used identically by target, drafter, challenger and referee):
+    - greedy (T = 0) returns the raw logits: only their argmax matters;
+    - top-k keeps every token whose scaled logit is >= the k-th largest (ties at the k-th are kept);
+    - top-p keeps the shortest prefix of tokens, sorted by descending logit (stable, lower id
+      first on ties), whose cumulative probability reaches top_p; the top token is always kept.
+    """
+    x = np.asarray(logits, dtype=np.float64).copy()
+    if x.ndim != 1:
+        raise InvalidParams(f"process_logits expects a [V] vector, got shape {x.shape}")
+    if params.greedy:
+        return x
+    x /= params.temperature
+    if 0 < params.top_k < x.size:
+        kth = np.partition(x, -params.top_k)[-params.top_k]
+        x[x < kth] = -np.inf
+    if params.top_p < 1.0:
+        order = np.argsort(-x, kind="stable")
+        probs = softmax(x)[order]
+        n_keep = int(np.searchsorted(np.cumsum(probs), params.top_p, side="left")) + 1
+        x[order[n_keep:]] = -np.inf
+    return x
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = np.exp(x - np.max(x))
+    return z / z.sum()
+
+
+def token_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:  # [V] -> [V] float64
+    """The distribution a sample is drawn from; one-hot on the argmax when greedy."""
+    if params.greedy:
+        probs = np.zeros(np.asarray(logits).shape[-1])
+        probs[int(np.argmax(logits))] = 1.0
+        return probs
+    return softmax(process_logits(logits, params))
