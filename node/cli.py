@@ -124,6 +124,28 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.max_new_tokens, args.out)
 
 
+def _add_bench(sub) -> None:
+    from node.bench_local import BenchConfig
+
+    p = sub.add_parser(
+        "bench-local",
+        help="benchmark plain / speculative / HF assisted generation side by side",
+        description="One process, one run, same prompts and pair; prints ratios and writes JSON.",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=BenchConfig.max_new_tokens)
+    p.add_argument("--gamma", type=int, default=BenchConfig.gamma)
+    p.add_argument("--temperatures", type=float, nargs="+", default=list(BenchConfig.temperatures))
+    p.add_argument("--out", type=Path, default=BenchConfig.out, help="JSON output path")
+    p.set_defaults(func=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from node.bench_local import BenchConfig, run_bench
+
+    run_bench(BenchConfig(args.max_new_tokens, args.gamma, tuple(args.temperatures), args.out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmarket",
@@ -134,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_theory(sub)
     _add_demo(sub)
+    _add_bench(sub)
     return parser
 
 

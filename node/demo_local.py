@@ -54,7 +54,9 @@ def _row(drafter: str, rule: Rule, runs: list[dict], reference: list[list[int]])
 
 
 def _print_table(rows: list[dict]) -> None:
-    header = f"{'drafter':<12} {'rule':<10} {'same as plain':<14} {'tok/s':>7} {'passes':>7} {'accept':>7} {'invalid':>8}"
+    header = (
+        f"{'drafter':<12} {'rule':<10} {'same as plain':<14} {'tok/s':>7} {'passes':>7} {'accept':>7} {'invalid':>8}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -69,7 +71,10 @@ def run_demo(max_new_tokens: int, out: Path) -> int:
     base = GenerateConfig(prompt="", max_new_tokens=max_new_tokens, params=DEMO_PARAMS)
     rows, reference = [], []
     for drafter, rule in tqdm(DEMO_RUNS, desc="demo runs", unit="config"):
-        runs = [generate(replace(base, prompt=p, seed=i, drafter=drafter, rule=rule), pair) for i, p in enumerate(DEMO_PROMPTS)]
+        runs = [
+            generate(replace(base, prompt=p, seed=i, drafter=drafter, rule=rule), pair)
+            for i, p in enumerate(DEMO_PROMPTS)
+        ]
         if drafter == "none":
             reference = [r["tokens"] for r in runs]
         rows.append(_row(drafter, rule, runs, reference))

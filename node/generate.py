@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, load_pair
@@ -23,7 +23,7 @@ class GenerateConfig:
     prompt: str
     seed: int = 0
     max_new_tokens: int = 64
-    params: SamplingParams = SamplingParams()
+    params: SamplingParams = field(default_factory=SamplingParams)
     gamma: int = DEFAULT_GAMMA
     drafter: str = "local"
     rule: Rule = Rule.GUMBEL

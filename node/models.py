@@ -79,6 +79,9 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def load_model_dir(path: Path | str, name: str) -> tuple[HFCausalLM, object]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # loading a local 20 MB model needs no progress bar
 
     path = Path(path)
     if not (path / "config.json").is_file():

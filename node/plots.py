@@ -8,10 +8,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from verifier.errors import SpecmarketError  # noqa: E402
-from verifier.theory import expected_tokens, optimal_gamma, simulate_rounds, speedup  # noqa: E402
+from verifier.errors import SpecmarketError
+from verifier.theory import expected_tokens, optimal_gamma, simulate_rounds, speedup
 
 GAMMA_AXIS = range(1, 13)
 

@@ -55,16 +55,23 @@ def _joint_target_probs(params: SamplingParams) -> dict[tuple[int, ...], float]:
 def _sample(proposer_name: str, params: SamplingParams, rule: Rule, n: int = N_SAMPLES) -> list[tuple[int, ...]]:
     target, proposer = MarkovLM(TABLE), _proposer(proposer_name)
     return [
-        decode_speculative(target, proposer, PROMPT, params=params, seed=seed, max_new_tokens=N_TOKENS,
-                           gamma=2, rule=rule).tokens
+        decode_speculative(
+            target, proposer, PROMPT, params=params, seed=seed, max_new_tokens=N_TOKENS, gamma=2, rule=rule
+        ).tokens
         for seed in range(n)
     ]
 
 
 @pytest.mark.parametrize(
     "proposer_name,params_name",
-    [("local", "T=1"), ("random", "T=1"), ("adversarial", "T=1"), ("lying", "T=1"),
-     ("local", "T=0.8,top_k=3"), ("lying", "T=0.8,top_k=3")],
+    [
+        ("local", "T=1"),
+        ("random", "T=1"),
+        ("adversarial", "T=1"),
+        ("lying", "T=1"),
+        ("local", "T=0.8,top_k=3"),
+        ("lying", "T=0.8,top_k=3"),
+    ],
 )
 def test_gumbel_is_exact_for_every_proposer(proposer_name, params_name):
     params = PARAM_CASES[params_name]

@@ -55,8 +55,13 @@ def test_first_token_matches_target_distribution(name, case, next_token_logits):
     rows = np.stack([target_logits, target_logits])  # [γ+1, V]; the bonus row is not examined
     rng = np.random.default_rng(0)
     firsts = [
-        verify(rows, [_draft_token(name, seed, target_logits, draft_logits, params, rng, wanted)],
-               params=params, seed=seed, start=0).tokens[0]
+        verify(
+            rows,
+            [_draft_token(name, seed, target_logits, draft_logits, params, rng, wanted)],
+            params=params,
+            seed=seed,
+            start=0,
+        ).tokens[0]
         for seed in range(N_SAMPLES)
     ]
     pvalue = chi_square_pvalue(firsts, dict(enumerate(probs)))
@@ -71,8 +76,9 @@ def test_leviathan_forgery_on_real_distribution(next_token_logits, pair):
     liar = LyingProposer(target_logits.size, wanted)
     rows = np.stack([target_logits, target_logits])
     firsts = [
-        verify(rows, [wanted], params=params, seed=seed, start=0, rule=Rule.LEVIATHAN,
-               draft_probs=liar.claimed_probs(1)).tokens[0]
+        verify(
+            rows, [wanted], params=params, seed=seed, start=0, rule=Rule.LEVIATHAN, draft_probs=liar.claimed_probs(1)
+        ).tokens[0]
         for seed in range(5_000)
     ]
     freq = firsts.count(wanted) / len(firsts)

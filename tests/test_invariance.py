@@ -60,8 +60,9 @@ def test_speculative_output_equals_plain_output(pair):
             for name in PROPOSERS:
                 runs += 1
                 proposer = build_proposer(name, pair, rng_seed=seed)
-                spec = decode_speculative(pair.target, proposer, ids, params=params, seed=seed,
-                                          max_new_tokens=MAX_NEW, gamma=GAMMA).tokens
+                spec = decode_speculative(
+                    pair.target, proposer, ids, params=params, seed=seed, max_new_tokens=MAX_NEW, gamma=GAMMA
+                ).tokens
                 if spec == plain:
                     continue
                 k = _first_diff(spec, plain)
@@ -81,7 +82,8 @@ def test_invariance_across_gamma_and_top_k_top_p(pair, gamma):
     params = SamplingParams(temperature=0.9, top_k=40, top_p=0.9)
     ids = encode_prompt(pair.tokenizer, PROMPTS[2])
     plain = decode_plain(pair.target, ids, params=params, seed=123, max_new_tokens=30).tokens
-    spec = decode_speculative(pair.target, build_proposer("local", pair), ids, params=params, seed=123,
-                              max_new_tokens=30, gamma=gamma)
+    spec = decode_speculative(
+        pair.target, build_proposer("local", pair), ids, params=params, seed=123, max_new_tokens=30, gamma=gamma
+    )
     assert spec.tokens == plain
     assert spec.stats.target_passes < 30  # the honest draft actually saved target passes

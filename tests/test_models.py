@@ -57,7 +57,9 @@ def test_heldout_numbers_are_reproducible(pair):
 def _tiny_model_dir(path: Path, vocab_size: int, tokenizer) -> Path:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_positions=64, n_embd=16, n_layer=1, n_head=1)).save_pretrained(path)
+    GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_positions=64, n_embd=16, n_layer=1, n_head=1)).save_pretrained(
+        path
+    )
     tokenizer.save_pretrained(path)
     return path
 
@@ -87,5 +89,5 @@ def test_other_compatible_pair_loads(tmp_path, pair):
 
 
 def test_missing_model_dir_is_a_clear_error(tmp_path):
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_pair(tmp_path / "nowhere", None)

@@ -55,8 +55,9 @@ def test_garbage_proposer_does_not_change_output_or_crash(rule):
     table = random_table(V, seed=2)
     params = SamplingParams(temperature=1.0)
     plain = decode_plain(MarkovLM(table), [0], params=params, seed=7, max_new_tokens=30)
-    spec = decode_speculative(MarkovLM(table), GarbageProposer(V), [0], params=params, seed=7,
-                              max_new_tokens=30, gamma=3, rule=rule)
+    spec = decode_speculative(
+        MarkovLM(table), GarbageProposer(V), [0], params=params, seed=7, max_new_tokens=30, gamma=3, rule=rule
+    )
     assert spec.tokens == plain.tokens
     assert spec.stats.invalid_proposals > 0
     if rule is Rule.LEVIATHAN:  # every garbage proposal is invalid there: decoding falls back to plain

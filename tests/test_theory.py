@@ -42,3 +42,12 @@ def test_theory_rejects_bad_inputs():
         simulate_rounds(0.5, 2, rounds=0)
     with pytest.raises(InvalidParams):
         speedup(0.5, 2, cost=-1)
+
+
+def test_alpha_from_omega_inverts_omega():
+    from verifier.theory import alpha_from_omega
+
+    for alpha in (0.0, 0.3, 0.77, 0.99):
+        assert abs(alpha_from_omega(expected_tokens(alpha, 4), 4) - alpha) < 1e-6
+    with pytest.raises(InvalidParams):
+        alpha_from_omega(7.0, 4)

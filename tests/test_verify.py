@@ -53,8 +53,9 @@ def test_draft_token_with_zero_target_probability_is_never_accepted():
     top1 = SamplingParams(temperature=1.0, top_k=1)
     worst = int(np.argmin(logits[0]))
     for seed in range(50):
-        verdict = verify(logits, [worst], params=top1, seed=seed, start=0, rule=Rule.LEVIATHAN,
-                         draft_probs=np.full((1, V), 1.0 / V))
+        verdict = verify(
+            logits, [worst], params=top1, seed=seed, start=0, rule=Rule.LEVIATHAN, draft_probs=np.full((1, V), 1.0 / V)
+        )
         assert verdict.n_accepted == 0 and verdict.tokens[0] == int(np.argmax(logits[0]))
 
 

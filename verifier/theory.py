@@ -63,3 +63,15 @@ def simulate_rounds(alpha: float, gamma: int, rounds: int, seed: int = 0) -> Sim
     first_reject = np.where(accepts.all(axis=1), gamma, np.argmin(accepts, axis=1))
     tokens = first_reject + 1
     return Simulation(tokens, np.cumsum(tokens) / np.arange(1, rounds + 1))
+
+
+def alpha_from_omega(omega: float, gamma: int) -> float:
+    """Invert Ω(α, γ) by bisection: the i.i.d. acceptance rate that explains a measured
+    mean of tokens per target pass (Ω is increasing in α)."""
+    if gamma < 1 or not 1.0 <= omega <= gamma + 1:
+        raise InvalidParams(f"need gamma >= 1 and 1 <= omega <= gamma+1, got omega={omega}, gamma={gamma}")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, gamma) < omega else (lo, mid)
+    return (lo + hi) / 2

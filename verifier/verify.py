@@ -20,7 +20,6 @@ from verifier.errors import InvalidParams, InvalidProposal
 from verifier.noise import STREAM_ACCEPT, STREAM_GUMBEL, STREAM_RESIDUAL, gumbel, uniforms
 from verifier.params import SamplingParams, process_logits, token_probs
 
-
 # DESIGN §4: the numeric tolerance band, in units of noisy score (processed logit / T + Gumbel).
 # A token counts as correct if its noisy score is within TOLERANCE_DELTA of the maximum, so float
 # differences between hardware or between 1-position and (γ+1)-position passes (measured ~1e-6 on
@@ -73,7 +72,9 @@ def _check_shapes(target_logits: np.ndarray, draft_tokens: Sequence[int], draft_
     if target_logits.ndim != 2 or target_logits.shape[0] != gamma + 1:
         raise InvalidParams(f"target_logits must be [γ+1, V] = [{gamma + 1}, V], got {target_logits.shape}")
     if draft_probs is not None and np.shape(draft_probs) != (gamma, target_logits.shape[1]):
-        raise InvalidProposal(f"draft_probs must be [γ, V] = [{gamma}, {target_logits.shape[1]}], got {np.shape(draft_probs)}")
+        raise InvalidProposal(
+            f"draft_probs must be [γ, V] = [{gamma}, {target_logits.shape[1]}], got {np.shape(draft_probs)}"
+        )
 
 
 def _verify_gumbel(target_logits, draft_tokens, params, seed, start) -> Verdict:
@@ -81,10 +82,10 @@ def _verify_gumbel(target_logits, draft_tokens, params, seed, start) -> Verdict:
     for i, draft_token in enumerate(draft_tokens):
         target_token = sample_token(target_logits[i], params, seed, start + i)
         if draft_token != target_token:
-            return Verdict(tuple(accepted) + (target_token,), i)  # recovered token
+            return Verdict((*tuple(accepted), target_token), i)  # recovered token
         accepted.append(draft_token)
     bonus = sample_token(target_logits[-1], params, seed, start + len(draft_tokens))
-    return Verdict(tuple(accepted) + (bonus,), len(accepted))
+    return Verdict((*tuple(accepted), bonus), len(accepted))
 
 
 def _sample_residual(target_probs: np.ndarray, draft_probs: np.ndarray, seed: int, k: int) -> int:
@@ -113,9 +114,9 @@ def _verify_leviathan(target_logits, draft_tokens, draft_probs, params, seed, st
             accepted.append(draft_token)
             continue
         recovered = _sample_residual(target_probs, np.asarray(draft_probs[i], dtype=np.float64), seed, k)
-        return Verdict(tuple(accepted) + (recovered,), i)
+        return Verdict((*tuple(accepted), recovered), i)
     bonus = sample_token(target_logits[-1], params, seed, start + len(draft_tokens))
-    return Verdict(tuple(accepted) + (bonus,), len(accepted))
+    return Verdict((*tuple(accepted), bonus), len(accepted))
 
 
 def verify(

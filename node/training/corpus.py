@@ -77,9 +77,7 @@ def train_tokenizer(paths: tuple[Path, ...], vocab_size: int = VOCAB_SIZE):
         show_progress=True,
     )
     tok.train_from_iterator(read_texts(paths), trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, unk_token=EOS_TOKEN
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, unk_token=EOS_TOKEN)
 
 
 def encode_files(tokenizer, paths: tuple[Path, ...]) -> np.ndarray:
@@ -90,5 +88,5 @@ def encode_files(tokenizer, paths: tuple[Path, ...]) -> np.ndarray:
     batch = 256
     for i in range(0, len(texts), batch):
         for ids in tokenizer(texts[i : i + batch])["input_ids"]:
-            chunks.append(np.asarray(ids + [eos], dtype=np.uint16))
+            chunks.append(np.asarray([*ids, eos], dtype=np.uint16))
     return np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.uint16)

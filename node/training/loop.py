@@ -133,10 +133,7 @@ def train(model, data: np.ndarray, cfg: TrainConfig, ckpt: Path, *, teacher=None
 
 def _eval_windows(data: np.ndarray, max_tokens: int, block: int) -> list[torch.Tensor]:
     n = min(len(data) - 1, max_tokens)
-    return [
-        torch.from_numpy(data[s : s + block + 1].astype(np.int64))[None]
-        for s in range(0, n - block, block)
-    ]
+    return [torch.from_numpy(data[s : s + block + 1].astype(np.int64))[None] for s in range(0, n - block, block)]
 
 
 @torch.no_grad()

@@ -1,0 +1,269 @@
+"""Local benchmark: plain vs specmarket speculative (GUMBEL, LEVIATHAN) vs HF assisted generation.
+
+Everything is measured in one process, one run, same prompts, same pair; ratios are printed side by
+side. Aims (not tests): specmarket speculative tok/s >= HF assisted; GUMBEL match >= 0.85 Σmin(p,q).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from node.generate import encode_prompt
+from node.models import ModelPair, load_pair
+from verifier.decode import DecodeResult, decode_plain, decode_speculative
+from verifier.params import SamplingParams, token_probs
+from verifier.proposers import LocalDraftProposer
+from verifier.theory import alpha_from_omega, expected_tokens, speedup
+from verifier.verify import Rule, noisy_scores, sample_token
+
+BENCH_PROMPTS = (
+    "import os\nimport sys\n\n\ndef main(",
+    "class Stack:\n    def __init__(self):\n        ",
+    "    for i in range(len(",
+    "def read_lines(path):\n    with open(path) as f:\n        ",
+    "import unittest\n\n\nclass TestParser(unittest.TestCase):\n    def test_",
+    "    if not isinstance(value, int):\n        raise TypeError(",
+    '"""Helpers for parsing command line options."""\n\nimport ',
+    "        except OSError as exc:\n            ",
+)
+TIMING_REPEATS = 30
+COST_CONTEXT = 64  # context length at which single-pass costs are timed
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    max_new_tokens: int = 64
+    gamma: int = 4
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    out: Path = Path("bench_out/bench_local.json")
+
+
+def _time_runs(fn: Callable[[list[int], int], list[int]], prompts: list[list[int]]) -> tuple[float, list[list[int]]]:
+    outputs, tokens, started = [], 0, time.perf_counter()
+    for seed, ids in enumerate(prompts):
+        out = fn(ids, seed)
+        outputs.append(out)
+        tokens += len(out)
+    return tokens / (time.perf_counter() - started), outputs
+
+
+def _specmarket_mode(pair, params, cfg, rule: Rule | None, results: list[DecodeResult]):
+    def run(ids: list[int], seed: int) -> list[int]:
+        pair.target.reset()
+        common = dict(params=params, seed=seed, max_new_tokens=cfg.max_new_tokens)
+        if rule is None:
+            res = decode_plain(pair.target, ids, **common)
+        else:
+            pair.draft.reset()
+            res = decode_speculative(
+                pair.target, LocalDraftProposer(pair.draft), ids, gamma=cfg.gamma, rule=rule, **common
+            )
+        results.append(res)
+        return list(res.tokens)
+
+    return run
+
+
+def _hf_mode(pair, params, cfg, assisted: bool, schedule: str):
+    def run(ids: list[int], seed: int) -> list[int]:
+        torch.manual_seed(seed)
+        kwargs = dict(
+            max_new_tokens=cfg.max_new_tokens,
+            min_new_tokens=cfg.max_new_tokens,
+            pad_token_id=pair.tokenizer.eos_token_id,
+        )
+        kwargs.update(do_sample=True, temperature=params.temperature, top_k=0) if not params.greedy else kwargs.update(
+            do_sample=False
+        )
+        if assisted:
+            pair.draft.model.generation_config.num_assistant_tokens = cfg.gamma
+            pair.draft.model.generation_config.num_assistant_tokens_schedule = schedule
+            kwargs["assistant_model"] = pair.draft.model
+        input_ids = torch.tensor([ids])
+        with torch.inference_mode():
+            out = pair.target.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+        return out[0, len(ids) :].tolist()
+
+    return run
+
+
+def _summarise(results: list[DecodeResult]) -> dict:
+    proposed = sum(r.stats.draft_tokens_proposed for r in results)
+    accepted = sum(r.stats.draft_tokens_accepted for r in results)
+    rounds = sum(len(r.stats.accepted_per_round) for r in results)
+    emitted = sum(len(r.tokens) for r in results)
+    return {
+        "acceptance_rate": round(accepted / proposed, 4) if proposed else 0.0,
+        "mean_accepted_length": round(emitted / rounds, 4) if rounds else 0.0,
+        "target_passes": sum(r.stats.target_passes for r in results),
+    }
+
+
+def _median_seconds(fn: Callable[[], object]) -> float:
+    samples = []
+    for _ in range(TIMING_REPEATS):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def measure_costs(pair: ModelPair, gamma: int) -> dict:
+    """t_target(1), t_target(γ+1), t_draft(1) with a warm cache of COST_CONTEXT tokens."""
+    context = list(range(1, COST_CONTEXT + 1))
+
+    def timed(model, n: int) -> float:
+        model.reset()
+        model.extend(context)
+
+        def once():
+            model.extend(list(range(7, 7 + n)))
+            model.rollback(n)
+
+        return _median_seconds(once)
+
+    t1, tg, td = timed(pair.target, 1), timed(pair.target, gamma + 1), timed(pair.draft, 1)
+    return {
+        "t_target_1_ms": t1 * 1e3,
+        "t_target_gamma1_ms": tg * 1e3,
+        "t_draft_1_ms": td * 1e3,
+        "cost_c": td / t1,
+        "verify_cost_v": tg / t1,
+    }
+
+
+def coupling_quality(pair: ModelPair, prompts: list[list[int]], plain_outputs: list[list[int]]) -> dict:
+    """At T=1 along plain-decoded text: Σmin(p,q) (Leviathan optimum), Σp·q (independent
+    sampling) and the measured GUMBEL match rate P[x_k == y_k] with shared noise."""
+    params = SamplingParams(temperature=1.0)
+    sum_min, sum_pq, matches, n = 0.0, 0.0, 0, 0
+    for seed, (ids, out) in enumerate(zip(prompts, plain_outputs, strict=True)):
+        seq = [*ids, *out]
+        target_rows = pair.target.fork().extend(seq)  # [len(seq), V]
+        draft_rows = pair.draft.fork().extend(seq)
+        for k in range(len(out)):
+            pos = len(ids) - 1 + k
+            p, q = token_probs(target_rows[pos], params), token_probs(draft_rows[pos], params)
+            sum_min += float(np.minimum(p, q).sum())
+            sum_pq += float((p * q).sum())
+            y = sample_token(target_rows[pos], params, seed, k)
+            matches += int(np.argmax(noisy_scores(draft_rows[pos], params, seed, k)) == y)
+            n += 1
+    return {
+        "sum_min_pq": sum_min / n,
+        "sum_p_times_q": sum_pq / n,
+        "gumbel_match_rate": matches / n,
+        "match_over_optimum": (matches / n) / (sum_min / n),
+        "positions": n,
+    }
+
+
+def _modes(pair, params, cfg, sink: dict[str, list[DecodeResult]]):
+    return {
+        "plain": _specmarket_mode(pair, params, cfg, None, sink.setdefault("plain", [])),
+        "specmarket_gumbel": _specmarket_mode(pair, params, cfg, Rule.GUMBEL, sink.setdefault("specmarket_gumbel", [])),
+        "specmarket_leviathan": _specmarket_mode(
+            pair, params, cfg, Rule.LEVIATHAN, sink.setdefault("specmarket_leviathan", [])
+        ),
+        "hf_plain": _hf_mode(pair, params, cfg, assisted=False, schedule="constant"),
+        "hf_assisted_constant": _hf_mode(pair, params, cfg, assisted=True, schedule="constant"),
+        "hf_assisted_heuristic": _hf_mode(pair, params, cfg, assisted=True, schedule="heuristic"),
+    }
+
+
+def bench_temperature(pair, prompts, cfg: BenchConfig, temperature: float, costs: dict) -> dict:
+    params = SamplingParams(temperature=temperature)
+    sink: dict[str, list[DecodeResult]] = {}
+    rows, outputs = {}, {}
+    modes = _modes(pair, params, cfg, sink)
+    for name, fn in tqdm(modes.items(), desc=f"T={temperature}", unit="mode", leave=False):
+        fn(prompts[0], 0)  # warm-up (first-call allocations, HF generate set-up)
+        sink.get(name, []).clear()
+        tps, outputs[name] = _time_runs(fn, prompts)
+        rows[name] = {"tokens_per_second": round(tps, 2), **(_summarise(sink[name]) if name in sink else {})}
+    for row in rows.values():
+        row["speedup_vs_plain"] = round(row["tokens_per_second"] / rows["plain"]["tokens_per_second"], 3)
+    gumbel = rows["specmarket_gumbel"]
+    alpha = alpha_from_omega(min(gumbel["mean_accepted_length"], cfg.gamma + 1), cfg.gamma)
+    bound = speedup(alpha, cfg.gamma, costs["cost_c"], costs["verify_cost_v"])
+    return {
+        "temperature": temperature,
+        "modes": rows,
+        "gumbel_identical_to_plain": sum(
+            a == b for a, b in zip(outputs["specmarket_gumbel"], outputs["plain"], strict=True)
+        ),
+        "prompts": len(prompts),
+        "alpha_hat": round(alpha, 4),
+        "omega_at_alpha_hat": round(expected_tokens(alpha, cfg.gamma), 4),
+        "S_bound": round(bound, 3),
+        "plain_outputs": outputs["plain"],
+    }
+
+
+def _print_report(report: dict) -> None:
+    c = report["costs"]
+    print(
+        f"\ncosts: t_target(1)={c['t_target_1_ms']:.2f} ms  t_target(γ+1)={c['t_target_gamma1_ms']:.2f} ms  "
+        f"t_draft(1)={c['t_draft_1_ms']:.2f} ms  c={c['cost_c']:.3f}  v={c['verify_cost_v']:.3f}"
+    )
+    for t in report["temperatures"]:
+        print(
+            f"\nT={t['temperature']}  (γ={report['gamma']}, α̂={t['alpha_hat']}, S bound={t['S_bound']}, "
+            f"GUMBEL == plain on {t['gumbel_identical_to_plain']}/{t['prompts']} prompts)"
+        )
+        print(f"  {'mode':<24}{'tok/s':>9}{'vs plain':>10}{'accept':>9}{'tok/pass':>10}")
+        for name, row in t["modes"].items():
+            print(
+                f"  {name:<24}{row['tokens_per_second']:>9}{row['speedup_vs_plain']:>10}"
+                f"{row.get('acceptance_rate', ''):>9}{row.get('mean_accepted_length', ''):>10}"
+            )
+        m = t["modes"]
+        print(
+            f"  specmarket GUMBEL / HF assisted (constant γ): "
+            f"{m['specmarket_gumbel']['tokens_per_second'] / m['hf_assisted_constant']['tokens_per_second']:.3f}"
+        )
+    q = report["coupling_T1"]
+    print(
+        f"\ncoupling at T=1: Σmin(p,q)={q['sum_min_pq']:.3f}  Σp·q={q['sum_p_times_q']:.3f}  "
+        f"GUMBEL match={q['gumbel_match_rate']:.3f}  (= {q['match_over_optimum']:.3f} × optimum)"
+    )
+
+
+def run_bench(cfg: BenchConfig) -> dict:
+    torch.set_num_threads(2)
+    pair = load_pair()
+    prompts = [encode_prompt(pair.tokenizer, p) for p in BENCH_PROMPTS]
+    costs = measure_costs(pair, cfg.gamma)
+    temps = [bench_temperature(pair, prompts, cfg, t, costs) for t in cfg.temperatures]
+    t1 = next((t for t in temps if t["temperature"] == 1.0), None)
+    plain_t1 = t1["plain_outputs"] if t1 else _time_runs(_modes(pair, SamplingParams(), cfg, {})["plain"], prompts)[1]
+    report = {
+        "gamma": cfg.gamma,
+        "max_new_tokens": cfg.max_new_tokens,
+        "costs": {k: round(v, 4) for k, v in costs.items()},
+        "temperatures": [{k: v for k, v in t.items() if k != "plain_outputs"} for t in temps],
+        "coupling_T1": coupling_quality(pair, prompts, plain_t1),
+        "measured_points": [
+            {
+                "gamma": cfg.gamma,
+                "alpha": t["alpha_hat"],
+                "speedup": t["modes"]["specmarket_gumbel"]["speedup_vs_plain"],
+                "temperature": t["temperature"],
+            }
+            for t in temps
+        ],
+    }
+    _print_report(report)
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    cfg.out.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {cfg.out}")
+    return report
