@@ -82,10 +82,10 @@ def _verify_gumbel(target_logits, draft_tokens, params, seed, start) -> Verdict:
     for i, draft_token in enumerate(draft_tokens):
         target_token = sample_token(target_logits[i], params, seed, start + i)
         if draft_token != target_token:
-            return Verdict((*tuple(accepted), target_token), i)  # recovered token
+            return Verdict((*accepted, target_token), i)  # recovered token
         accepted.append(draft_token)
     bonus = sample_token(target_logits[-1], params, seed, start + len(draft_tokens))
-    return Verdict((*tuple(accepted), bonus), len(accepted))
+    return Verdict((*accepted, bonus), len(accepted))
 
 
 def _sample_residual(target_probs: np.ndarray, draft_probs: np.ndarray, seed: int, k: int) -> int:
@@ -114,9 +114,9 @@ def _verify_leviathan(target_logits, draft_tokens, draft_probs, params, seed, st
             accepted.append(draft_token)
             continue
         recovered = _sample_residual(target_probs, np.asarray(draft_probs[i], dtype=np.float64), seed, k)
-        return Verdict((*tuple(accepted), recovered), i)
+        return Verdict((*accepted, recovered), i)
     bonus = sample_token(target_logits[-1], params, seed, start + len(draft_tokens))
-    return Verdict((*tuple(accepted), bonus), len(accepted))
+    return Verdict((*accepted, bonus), len(accepted))
 
 
 def verify(
