@@ -135,6 +135,7 @@ def _add_bench(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=BenchConfig.max_new_tokens)
     p.add_argument("--gamma", type=int, default=BenchConfig.gamma)
     p.add_argument("--temperatures", type=float, nargs="+", default=list(BenchConfig.temperatures))
+    p.add_argument("--repeats", type=int, default=BenchConfig.repeats, help="interleaved repetitions (median)")
     p.add_argument("--out", type=Path, default=BenchConfig.out, help="JSON output path")
     p.set_defaults(func=_cmd_bench)
 
@@ -142,7 +143,7 @@ def _add_bench(sub) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from node.bench_local import BenchConfig, run_bench
 
-    run_bench(BenchConfig(args.max_new_tokens, args.gamma, tuple(args.temperatures), args.out))
+    run_bench(BenchConfig(args.max_new_tokens, args.gamma, tuple(args.temperatures), args.repeats, args.out))
     return 0
 
 

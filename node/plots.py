@@ -23,9 +23,14 @@ def plot_omega_convergence(alphas: list[float], gamma: int, rounds: int, path: P
         line = ax.plot(range(1, rounds + 1), sim.running_mean, label=f"simulated, α={alpha}")[0]
         ax.axhline(expected_tokens(alpha, gamma), color=line.get_color(), ls="--", lw=1)
     ax.set_xscale("log")
-    ax.set_xlabel("round")
-    ax.set_ylabel("mean tokens per target pass")
-    ax.set_title(f"Empirical mean accepted length → Ω(α, γ={gamma}) (dashed)")
+    title = f"Empirical mean accepted length → Ω(α, γ={gamma}) (dashed)"
+    return _finish(fig, ax, "round", "mean tokens per target pass", title, path)
+
+
+def _finish(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -54,14 +59,8 @@ def plot_speedup(alphas: list[float], cost: float, path: Path, measured: Path | 
         ax.plot([point["gamma"]], [point["speedup"]], "kx", ms=10, mew=2)
         ax.annotate(f"measured α={point['alpha']:.2f}", (point["gamma"], point["speedup"]), fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xlabel("γ (draft tokens per round)")
-    ax.set_ylabel("S = Ω / (γc + 1)")
-    ax.set_title(f"Speed-up bound, c = {cost} (★ optimum, × measured)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    title = f"Speed-up bound, c = {cost} (★ optimum, × measured)"
+    return _finish(fig, ax, "γ (draft tokens per round)", "S = Ω / (γc + 1)", title, path)
 
 
 def write_theory_plots(alphas, cost, gamma, rounds, out: Path, measured: Path | None = None) -> list[Path]:

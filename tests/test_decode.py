@@ -19,10 +19,22 @@ TABLE = random_table(V, seed=3)
 PARAMS = SamplingParams(temperature=1.0)
 
 
-def test_perfect_drafter_emits_gamma_plus_one_tokens_per_pass():
-    result = decode_speculative(
-        MarkovLM(TABLE), LocalDraftProposer(MarkovLM(TABLE)), [0], params=PARAMS, seed=1, max_new_tokens=25, gamma=4
+def _local_spec(seed: int, max_new_tokens: int, gamma: int, **kwargs):
+    """Speculative decoding of TABLE with a perfect (identical) local draft."""
+    return decode_speculative(
+        MarkovLM(TABLE),
+        LocalDraftProposer(MarkovLM(TABLE)),
+        [0],
+        params=PARAMS,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        gamma=gamma,
+        **kwargs,
     )
+
+
+def test_perfect_drafter_emits_gamma_plus_one_tokens_per_pass():
+    result = _local_spec(1, 25, 4)
     plain = decode_plain(MarkovLM(TABLE), [0], params=PARAMS, seed=1, max_new_tokens=25)
     assert result.tokens == plain.tokens
     assert result.stats.target_passes == 5 and result.stats.accepted_per_round == [4] * 5
@@ -41,15 +53,7 @@ def test_worst_drafter_still_emits_one_token_per_pass():
 
 @pytest.mark.parametrize("max_new", [0, 1, 2, 5, 9])
 def test_never_emits_more_than_max_new_tokens(max_new):
-    result = decode_speculative(
-        MarkovLM(TABLE),
-        LocalDraftProposer(MarkovLM(TABLE)),
-        [0],
-        params=PARAMS,
-        seed=0,
-        max_new_tokens=max_new,
-        gamma=4,
-    )
+    result = _local_spec(0, max_new, 4)
     assert len(result.tokens) == max_new
 
 
@@ -58,31 +62,13 @@ def test_stop_token_ends_decoding_identically():
     stop = plain.tokens[5]
     cut = plain.tokens.index(stop) + 1
     a = decode_plain(MarkovLM(TABLE), [0], params=PARAMS, seed=4, max_new_tokens=40, stop_token=stop)
-    b = decode_speculative(
-        MarkovLM(TABLE),
-        LocalDraftProposer(MarkovLM(TABLE)),
-        [0],
-        params=PARAMS,
-        seed=4,
-        max_new_tokens=40,
-        gamma=4,
-        stop_token=stop,
-    )
+    b = _local_spec(4, 40, 4, stop_token=stop)
     assert a.tokens == b.tokens == plain.tokens[:cut]
 
 
 def test_streaming_callback_sees_every_token_in_order():
     seen: list[int] = []
-    result = decode_speculative(
-        MarkovLM(TABLE),
-        LocalDraftProposer(MarkovLM(TABLE)),
-        [0],
-        params=PARAMS,
-        seed=2,
-        max_new_tokens=13,
-        gamma=3,
-        on_token=seen.extend,
-    )
+    result = _local_spec(2, 13, 3, on_token=seen.extend)
     assert tuple(seen) == result.tokens
 
 
