@@ -85,6 +85,8 @@ def run_demo(max_new_tokens: int, out: Path) -> int:
     forged = not next(r for r in rows if r["drafter"] == "lying" and r["rule"] == "leviathan")["identical_to_plain"]
     print(f"\nGUMBEL output identical to plain decoding for every drafter: {gumbel_ok}")
     print(f"textbook LEVIATHAN rule forged by the lying drafter: {forged}")
+    print("(LEVIATHAN is exact only in distribution, and only for honest drafters: its samples differ from")
+    print(" plain decoding even with the honest local draft; GUMBEL reproduces plain decoding exactly.)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo.json").write_text(json.dumps({"rows": rows, "prompts": DEMO_PROMPTS}, indent=2))
     write_theory_plots([0.5, 0.7, 0.9], 0.1, 4, 2000, out)

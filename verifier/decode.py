@@ -119,7 +119,8 @@ def _propose(proposer: Proposer, context, k: int, gamma: int, params, seed, rule
         return validate_proposal(raw, gamma=gamma, vocab_size=vocab, need_probs=rule is Rule.LEVIATHAN)
     except SpecmarketError as exc:  # a bad or failed proposal costs speed, never correctness
         stats.invalid_proposals += 1
-        log.warning("proposer %s: proposal rejected at k=%d: %s", proposer.name, k, exc)
+        level = logging.WARNING if stats.invalid_proposals == 1 else logging.DEBUG  # don't flood the log
+        log.log(level, "proposer %s: proposal rejected at k=%d: %s (decoding this round alone)", proposer.name, k, exc)
         return EMPTY
 
 
