@@ -71,3 +71,15 @@ def test_shape_errors_are_clear():
 def test_score_margin_is_gap_between_top_two():
     row = np.array([0.0, 5.0, 4.5, -1.0])
     assert score_margin(row, SamplingParams(temperature=0.0), 0, 0) == pytest.approx(0.5)
+
+
+def test_within_tolerance_band():
+    from verifier.verify import TOLERANCE_DELTA, within_tolerance
+
+    greedy = SamplingParams(temperature=0.0)
+    row = np.array([1.0, 1.0 - TOLERANCE_DELTA / 2, 1.0 - 2 * TOLERANCE_DELTA, -3.0])
+    assert within_tolerance(row, greedy, 0, 0, 0) and within_tolerance(row, greedy, 0, 0, 1)
+    assert not within_tolerance(row, greedy, 0, 0, 2) and not within_tolerance(row, greedy, 0, 0, 3)
+    logits = _logits(1)[0]
+    y = sample_token(logits, PARAMS, 5, 2)
+    assert within_tolerance(logits, PARAMS, 5, 2, y)
