@@ -1,0 +1,106 @@
+"""Draft-protocol message schema: round trips, and hostile frames never crash the decoder."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from p2p.messages import MAX_FRAME_BYTES, Advance, Draft, InvalidMessage, Open, decode, encode
+
+V = 4096
+GOOD = [
+    Open("job-1", (0, 5, 17), 0.8, 40, 0.95, 2**64 - 1, 4),
+    Advance("job-1", (3, 9), 7),
+    Draft("job-1", 7, (1, 2, 3, 4)),
+    Draft("j", 0, ()),
+]
+
+
+@pytest.mark.parametrize("message", GOOD)
+def test_round_trip(message):
+    assert decode(encode(message), vocab_size=V) == message
+
+
+def _frame(**body) -> bytes:
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def _open(**overrides) -> bytes:
+    body = {"type": "open", "job": "j", "context": [1], "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
+    return _frame(**{**body, "gamma": 4, **overrides})
+
+
+@pytest.mark.parametrize(
+    "frame,message",
+    [
+        (b"\xc1", "not valid msgpack"),
+        (b"\x92\x01", "not valid msgpack"),  # truncated array
+        (_frame(type="draft", job="j", start=0, tokens=[V]), "not a token id"),
+        (_frame(type="draft", job="j", start=0, tokens=[-1]), "not a token id"),
+        (_frame(type="draft", job="j", start=0, tokens=[True]), "not a token id"),
+        (_frame(type="draft", job="j", start=0, tokens=list(range(17))), "at most 16"),
+        (_frame(type="draft", job="j", start=-1, tokens=[]), "'start'"),
+        (_frame(type="draft", job="", start=0, tokens=[]), "'job'"),
+        (_frame(type="draft", job="j" * 65, start=0, tokens=[]), "'job'"),
+        (_frame(type="draft", job="j", start=0, tokens=[], extra=1), "fields"),
+        (_frame(type="draft", job="j", start=0), "fields"),
+        (_frame(type="bogus"), "unknown message type"),
+        (msgpack.packb([1, 2, 3]), "msgpack map"),
+        (_open(context=[]), "non-empty"),
+        (_open(temperature=-1.0), "temperature"),
+        (_open(gamma=0), "gamma"),
+        (_open(gamma=17), "gamma"),
+        (_open(seed=-5), "seed"),
+        (_open(top_p=0.0), "top_p"),
+        (_open(context=[1] * 8193), "context"),
+        (b"\x00" * (MAX_FRAME_BYTES + 1), "exceeds"),
+    ],
+)
+def test_bad_frames_are_rejected_with_a_clear_message(frame, message):
+    with pytest.raises(InvalidMessage, match=message):
+        decode(frame, vocab_size=V)
+
+
+def test_oversized_outgoing_message_is_refused():
+    with pytest.raises(InvalidMessage, match="refusing"):
+        encode(Advance("j", tuple(range(100_000)), 0))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=512))
+def test_random_bytes_never_crash_the_decoder(frame):
+    with contextlib.suppress(InvalidMessage):
+        decode(frame, vocab_size=V)
+
+
+_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=8)
+    | st.binary(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["open", "advance", "draft", "x"]), st.dictionaries(st.text(max_size=12), _values, max_size=9))
+def test_structured_garbage_never_crashes_the_decoder(kind, body):
+    with contextlib.suppress(InvalidMessage):
+        decode(msgpack.packb({**body, "type": kind}, use_bin_type=True), vocab_size=V)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(GOOD), st.integers(min_value=0, max_value=200))
+def test_truncated_frames_never_crash_the_decoder(message, cut):
+    frame = encode(message)
+    try:
+        assert decode(frame[: min(cut, len(frame))], vocab_size=V) == message
+    except InvalidMessage:
+        assert cut < len(frame)
