@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from node.generate import encode_prompt
 from node.models import ModelPair, load_pair
-from verifier.decode import DecodeResult, decode_plain, decode_speculative
+from verifier.decode import DecodeResult, DecodeStats, decode_plain, decode_speculative
 from verifier.params import SamplingParams, token_probs
 from verifier.proposers import LocalDraftProposer
 from verifier.theory import alpha_from_omega, expected_tokens, speedup
@@ -83,9 +83,10 @@ def _hf_mode(pair, params, cfg, assisted: bool, schedule: str):
             min_new_tokens=cfg.max_new_tokens,
             pad_token_id=pair.tokenizer.eos_token_id,
         )
-        kwargs.update(do_sample=True, temperature=params.temperature, top_k=0) if not params.greedy else kwargs.update(
-            do_sample=False
-        )
+        if params.greedy:
+            kwargs["do_sample"] = False
+        else:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_k=0)
         if assisted:
             pair.draft.model.generation_config.num_assistant_tokens = cfg.gamma
             pair.draft.model.generation_config.num_assistant_tokens_schedule = schedule
@@ -99,14 +100,11 @@ def _hf_mode(pair, params, cfg, assisted: bool, schedule: str):
 
 
 def _summarise(results: list[DecodeResult]) -> dict:
-    proposed = sum(r.stats.draft_tokens_proposed for r in results)
-    accepted = sum(r.stats.draft_tokens_accepted for r in results)
-    rounds = sum(len(r.stats.accepted_per_round) for r in results)
-    emitted = sum(len(r.tokens) for r in results)
+    stats = DecodeStats.merged([r.stats for r in results])
     return {
-        "acceptance_rate": round(accepted / proposed, 4) if proposed else 0.0,
-        "mean_accepted_length": round(emitted / rounds, 4) if rounds else 0.0,
-        "target_passes": sum(r.stats.target_passes for r in results),
+        "acceptance_rate": round(stats.acceptance_rate, 4),
+        "mean_accepted_length": round(stats.mean_accepted_length, 4),
+        "target_passes": stats.target_passes,
     }
 
 

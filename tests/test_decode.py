@@ -115,3 +115,11 @@ def test_validation_only_ever_raises_invalid_proposal(tokens, probs, need_probs)
     except InvalidProposal:
         return
     assert all(isinstance(t, int) and 0 <= t < V for t in clean.tokens) and len(clean.tokens) <= 3
+
+
+def test_merged_stats_pool_rounds_across_decodes():
+    a, b = _local_spec(1, 25, 4).stats, _local_spec(2, 7, 3).stats
+    merged = type(a).merged([a, b])
+    assert merged.target_passes == a.target_passes + b.target_passes
+    assert merged.accepted_per_round == a.accepted_per_round + b.accepted_per_round
+    assert merged.mean_accepted_length == (25 + 7) / merged.target_passes

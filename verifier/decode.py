@@ -50,6 +50,18 @@ class DecodeStats:
         rounds = len(self.accepted_per_round)
         return (sum(self.accepted_per_round) + rounds) / rounds if rounds else 0.0
 
+    @classmethod
+    def merged(cls, parts: Sequence[DecodeStats]) -> DecodeStats:
+        """The stats of several decodes taken together (e.g. one benchmark mode over all prompts)."""
+        return cls(
+            target_passes=sum(p.target_passes for p in parts),
+            target_positions=sum(p.target_positions for p in parts),
+            draft_tokens_proposed=sum(p.draft_tokens_proposed for p in parts),
+            draft_tokens_accepted=sum(p.draft_tokens_accepted for p in parts),
+            invalid_proposals=sum(p.invalid_proposals for p in parts),
+            accepted_per_round=[n for p in parts for n in p.accepted_per_round],
+        )
+
     def to_dict(self) -> dict[str, float | int]:
         return {
             "target_passes": self.target_passes,
