@@ -1,4 +1,22 @@
 """Drafter registry, selection policy and accepted-token ledger (issue 3).
 
-Holds no slashing logic: drafters risk only their effort.
+Holds no slashing logic: drafters risk only their effort. The market decides whom the target asks
+for drafts (``Policy.select``), whose arrived draft it verifies (``Policy.rank``), benches drafters
+that time out or never match, and keeps score: live stats in memory (``Registry``), accepted
+tokens per drafter on disk (``Ledger``). Pure Python: no network, no models, no money.
 """
+
+from market.ledger import Ledger, LedgerEntry
+from market.policy import Policy, PolicyConfig
+from market.registry import DrafterInfo, DrafterStats, MarketError, Registry
+
+__all__ = [
+    "DrafterInfo",
+    "DrafterStats",
+    "Ledger",
+    "LedgerEntry",
+    "MarketError",
+    "Policy",
+    "PolicyConfig",
+    "Registry",
+]

@@ -1,4 +1,9 @@
-"""Draft-protocol messages: frozen dataclasses, msgpack encoding, strict schema validation.
+"""Protocol messages: frozen dataclasses, msgpack encoding, strict schema validation.
+
+Two protocols share the codec:
+- ``/specmarket/draft/1.0.0`` (target <-> drafter): ``open``, ``advance`` from the target; ``draft`` back.
+- ``/specmarket/generate/1.0.0`` (client <-> target): ``request`` from the client; ``chunk`` blocks,
+  then ``done`` (or ``error``) back.
 
 Nothing received from the network is trusted: ``decode`` checks the frame size, the msgpack
 structure, every field's type, every length, γ bounds and token ids < V before building a message.
@@ -7,6 +12,8 @@ The transport (varint-length-prefixed frames on a libp2p stream) lives beside th
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -15,11 +22,17 @@ import msgpack
 from verifier.errors import SpecmarketError
 
 DRAFT_PROTOCOL_ID = "/specmarket/draft/1.0.0"
+GENERATE_PROTOCOL_ID = "/specmarket/generate/1.0.0"
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile
 MAX_CONTEXT_TOKENS = 8192
 MAX_JOB_ID_BYTES = 64
 MAX_GAMMA = 16  # same bound as verifier.proposal.MAX_GAMMA
 MAX_SEED = (1 << 64) - 1
+MAX_PROMPT_BYTES = 64 * 1024
+MAX_TEXT_BYTES = 64 * 1024
+MAX_NEW_TOKENS = 4096
+MAX_MAP_ENTRIES = 64  # stats / credits maps in a ``done`` frame
+MAX_KEY_BYTES = 128
 
 
 class InvalidMessage(SpecmarketError):
@@ -37,6 +50,7 @@ class Open:
     top_p: float
     seed: int
     gamma: int
+    start: int  # k of the first token to draft (context[-1] is the last accepted token)
 
 
 @dataclass(frozen=True)
@@ -57,9 +71,59 @@ class Draft:
     tokens: tuple[int, ...]
 
 
-Message = Open | Advance | Draft
-_KINDS: dict[str, type] = {"open": Open, "advance": Advance, "draft": Draft}
+@dataclass(frozen=True)
+class Request:
+    """client -> target: generate ``max_new_tokens`` after ``prompt``; seed None = the target picks."""
+
+    prompt: str
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """target -> client: newly verified tokens and the text they add."""
+
+    tokens: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """target -> client: the job's summary (all generated ids, seed, stats, per-drafter credits)."""
+
+    job: str
+    tokens: tuple[int, ...]
+    seed: int
+    stats: dict[str, float]
+    credits: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Error:
+    """target -> client: the request failed; ``message`` says why."""
+
+    message: str
+
+
+Message = Open | Advance | Draft | Request | Chunk | Done | Error
+_KINDS: dict[str, type] = {
+    "open": Open,
+    "advance": Advance,
+    "draft": Draft,
+    "request": Request,
+    "chunk": Chunk,
+    "done": Done,
+    "error": Error,
+}
 _KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
+TO_DRAFTER = frozenset({"open", "advance"})
+TO_TARGET = frozenset({"draft"})
+TO_SERVER = frozenset({"request"})
+TO_CLIENT = frozenset({"chunk", "done", "error"})
 
 
 def encode(message: Message) -> bytes:
@@ -94,36 +158,88 @@ def _tokens(body: dict, name: str, max_len: int, vocab_size: int) -> tuple[int, 
     return tuple(value)
 
 
+def _str(body: dict, name: str, max_bytes: int, *, empty_ok: bool = False) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise InvalidMessage(f"field {name!r} must be a string of at most {max_bytes} bytes")
+    if not value and not empty_ok:
+        raise InvalidMessage(f"field {name!r} must not be empty")
+    return value
+
+
 def _job(body: dict) -> str:
-    job = body.get("job")
-    if not isinstance(job, str) or not 0 < len(job.encode()) <= MAX_JOB_ID_BYTES:
-        raise InvalidMessage(f"field 'job' must be a non-empty string of at most {MAX_JOB_ID_BYTES} bytes")
-    return job
+    return _str(body, "job", MAX_JOB_ID_BYTES)
 
 
-def _build(kind: str, body: dict, vocab_size: int, max_gamma: int) -> Message:
-    if kind == "open":
-        context = _tokens(body, "context", MAX_CONTEXT_TOKENS, vocab_size)
-        if not context:
-            raise InvalidMessage("an open message needs a non-empty context")
-        return Open(
-            _job(body),
-            context,
-            _float(body, "temperature", 0.0, 100.0),
-            _int(body, "top_k", 0, vocab_size),
-            _float(body, "top_p", 1e-9, 1.0),
-            _int(body, "seed", 0, MAX_SEED),
-            _int(body, "gamma", 1, max_gamma),
-        )
-    if kind == "advance":
-        return Advance(
-            _job(body), _tokens(body, "tokens", max_gamma + 1, vocab_size), _int(body, "start", 0, MAX_CONTEXT_TOKENS)
-        )
-    return Draft(_job(body), _int(body, "start", 0, MAX_CONTEXT_TOKENS), _tokens(body, "tokens", max_gamma, vocab_size))
+def _map(body: dict, name: str, *, integers: bool) -> dict:
+    value = body.get(name)
+    if not isinstance(value, dict) or len(value) > MAX_MAP_ENTRIES:
+        raise InvalidMessage(f"field {name!r} must be a map of at most {MAX_MAP_ENTRIES} entries")
+    kinds = (int,) if integers else (int, float)
+    for key, item in value.items():
+        if not isinstance(key, str) or not 0 < len(key.encode()) <= MAX_KEY_BYTES:
+            raise InvalidMessage(f"field {name!r} has a bad key {key!r}")
+        if isinstance(item, bool) or not isinstance(item, kinds) or not math.isfinite(item):
+            raise InvalidMessage(f"field {name!r}[{key!r}] must be a finite {'integer' if integers else 'number'}")
+    return dict(value)
 
 
-def decode(frame: bytes, *, vocab_size: int, max_gamma: int = MAX_GAMMA) -> Message:
-    """Parse and validate one frame; raise InvalidMessage saying exactly what is wrong."""
+def _open(body: dict, vocab: int, max_gamma: int) -> Open:
+    context = _tokens(body, "context", MAX_CONTEXT_TOKENS, vocab)
+    if not context:
+        raise InvalidMessage("an open message needs a non-empty context")
+    return Open(
+        _job(body),
+        context,
+        _float(body, "temperature", 0.0, 100.0),
+        _int(body, "top_k", 0, vocab),
+        _float(body, "top_p", 1e-9, 1.0),
+        _int(body, "seed", 0, MAX_SEED),
+        _int(body, "gamma", 1, max_gamma),
+        _int(body, "start", 0, MAX_CONTEXT_TOKENS),
+    )
+
+
+def _request(body: dict, vocab: int, max_gamma: int) -> Request:
+    seed = None if body.get("seed") is None else _int(body, "seed", 0, MAX_SEED)
+    return Request(
+        _str(body, "prompt", MAX_PROMPT_BYTES),
+        _int(body, "max_new_tokens", 1, MAX_NEW_TOKENS),
+        _float(body, "temperature", 0.0, 100.0),
+        _int(body, "top_k", 0, vocab),
+        _float(body, "top_p", 1e-9, 1.0),
+        seed,
+    )
+
+
+_BUILDERS: dict[str, Callable[[dict, int, int], Message]] = {
+    "open": _open,
+    "advance": lambda b, v, g: Advance(
+        _job(b), _tokens(b, "tokens", MAX_CONTEXT_TOKENS, v), _int(b, "start", 0, MAX_CONTEXT_TOKENS)
+    ),
+    "draft": lambda b, v, g: Draft(_job(b), _int(b, "start", 0, MAX_CONTEXT_TOKENS), _tokens(b, "tokens", g, v)),
+    "request": _request,
+    "chunk": lambda b, v, g: Chunk(
+        _tokens(b, "tokens", MAX_NEW_TOKENS, v), _str(b, "text", MAX_TEXT_BYTES, empty_ok=True)
+    ),
+    "done": lambda b, v, g: Done(
+        _job(b),
+        _tokens(b, "tokens", MAX_NEW_TOKENS, v),
+        _int(b, "seed", 0, MAX_SEED),
+        _map(b, "stats", integers=False),
+        _map(b, "credits", integers=True),
+    ),
+    "error": lambda b, v, g: Error(_str(b, "message", MAX_TEXT_BYTES)),
+}
+
+
+def decode(
+    frame: bytes, *, vocab_size: int, max_gamma: int = MAX_GAMMA, allowed: frozenset[str] | None = None
+) -> Message:
+    """Parse and validate one frame; raise InvalidMessage saying exactly what is wrong.
+
+    ``allowed`` names the message types acceptable in this direction of this protocol.
+    """
     if len(frame) > MAX_FRAME_BYTES:
         raise InvalidMessage(f"frame of {len(frame)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")
     try:
@@ -133,9 +249,9 @@ def decode(frame: bytes, *, vocab_size: int, max_gamma: int = MAX_GAMMA) -> Mess
     if not isinstance(body, dict):
         raise InvalidMessage(f"frame must be a msgpack map, got {type(body).__name__}")
     kind = body.get("type")
-    if kind not in _KINDS:
-        raise InvalidMessage(f"unknown message type {kind!r}")
+    if kind not in _KINDS or (allowed is not None and kind not in allowed):
+        raise InvalidMessage(f"unexpected message type {kind!r}")
     expected = {"type", *_KINDS[kind].__dataclass_fields__}
     if set(body) != expected:
         raise InvalidMessage(f"{kind} message fields {sorted(map(str, body))} != {sorted(expected)}")
-    return _build(kind, body, vocab_size, max_gamma)
+    return _BUILDERS[kind](body, vocab_size, max_gamma)

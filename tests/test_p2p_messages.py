@@ -9,14 +9,33 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from p2p.messages import MAX_FRAME_BYTES, Advance, Draft, InvalidMessage, Open, decode, encode
+from p2p.messages import (
+    MAX_FRAME_BYTES,
+    TO_DRAFTER,
+    Advance,
+    Chunk,
+    Done,
+    Draft,
+    Error,
+    InvalidMessage,
+    Open,
+    Request,
+    decode,
+    encode,
+)
 
 V = 4096
 GOOD = [
-    Open("job-1", (0, 5, 17), 0.8, 40, 0.95, 2**64 - 1, 4),
+    Open("job-1", (0, 5, 17), 0.8, 40, 0.95, 2**64 - 1, 4, 3),
     Advance("job-1", (3, 9), 7),
     Draft("job-1", 7, (1, 2, 3, 4)),
     Draft("j", 0, ()),
+    Request("def f(", 32, 0.7, 0, 0.9, None),
+    Request("x", 1, 1.0, 5, 1.0, 12),
+    Chunk((1, 2), "ab"),
+    Chunk((), ""),
+    Done("job", (1, 2, 3), 9, {"acceptance_rate": 0.5, "target_passes": 3}, {"12D3Koo": 2}),
+    Error("context too long"),
 ]
 
 
@@ -31,7 +50,7 @@ def _frame(**body) -> bytes:
 
 def _open(**overrides) -> bytes:
     body = {"type": "open", "job": "j", "context": [1], "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
-    return _frame(**{**body, "gamma": 4, **overrides})
+    return _frame(**{**body, "gamma": 4, "start": 0, **overrides})
 
 
 @pytest.mark.parametrize(
@@ -48,7 +67,7 @@ def _open(**overrides) -> bytes:
         (_frame(type="draft", job="j" * 65, start=0, tokens=[]), "'job'"),
         (_frame(type="draft", job="j", start=0, tokens=[], extra=1), "fields"),
         (_frame(type="draft", job="j", start=0), "fields"),
-        (_frame(type="bogus"), "unknown message type"),
+        (_frame(type="bogus"), "unexpected message type"),
         (msgpack.packb([1, 2, 3]), "msgpack map"),
         (_open(context=[]), "non-empty"),
         (_open(temperature=-1.0), "temperature"),
@@ -58,6 +77,13 @@ def _open(**overrides) -> bytes:
         (_open(top_p=0.0), "top_p"),
         (_open(context=[1] * 8193), "context"),
         (b"\x00" * (MAX_FRAME_BYTES + 1), "exceeds"),
+        (_frame(type="request", prompt="", max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=None), "empty"),
+        (_frame(type="request", prompt="a", max_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0, seed=1), "max_new"),
+        (_frame(type="request", prompt=1, max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=1), "prompt"),
+        (_frame(type="done", job="j", tokens=[], seed=0, stats={"a": float("nan")}, credits={}), "finite"),
+        (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"p": 1.5}), "integer"),
+        (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"": 1}), "bad key"),
+        (_frame(type="error", message=""), "empty"),
     ],
 )
 def test_bad_frames_are_rejected_with_a_clear_message(frame, message):
@@ -104,3 +130,11 @@ def test_truncated_frames_never_crash_the_decoder(message, cut):
         assert decode(frame[: min(cut, len(frame))], vocab_size=V) == message
     except InvalidMessage:
         assert cut < len(frame)
+
+
+def test_direction_is_enforced():
+    """A drafter only accepts open/advance; a draft frame sent to it is refused."""
+    frame = encode(Draft("j", 0, (1,)))
+    with pytest.raises(InvalidMessage, match="unexpected message type 'draft'"):
+        decode(frame, vocab_size=V, allowed=TO_DRAFTER)
+    assert decode(encode(Advance("j", (1,), 1)), vocab_size=V, allowed=TO_DRAFTER) == Advance("j", (1,), 1)

@@ -1,0 +1,234 @@
+"""The drafters a target knows about, and how each has done so far.
+
+Discovery (libp2p) calls ``upsert``; the decode loop calls the ``record_*`` methods after every
+round and job. The registry only keeps score: whom to ask is ``market.policy``'s business, what
+is owed is ``market.ledger``'s. Times come from an injectable monotonic clock, so they are only
+meaningful relative to each other, never as wall-clock dates.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from verifier.errors import SpecmarketError
+
+log = logging.getLogger(__name__)
+
+MAX_PEER_ID_LEN = 128
+LATENCY_EWMA_ALPHA = 0.2  # weight of the newest latency sample
+
+
+class MarketError(SpecmarketError, ValueError):
+    """Bad input to the market (unknown peer, negative counts, nonsense config, closed ledger...)."""
+
+
+def check_peer_id(peer_id: object) -> str:
+    """A peer id must be a non-empty string of at most ``MAX_PEER_ID_LEN`` characters."""
+    if not isinstance(peer_id, str) or not peer_id or len(peer_id) > MAX_PEER_ID_LEN:
+        raise MarketError(f"peer id must be a non-empty str of at most {MAX_PEER_ID_LEN} chars, got {peer_id!r:.80}")
+    return peer_id
+
+
+def check_count(name: str, value: object) -> int:
+    """A token or event count must be a non-negative int (bools are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise MarketError(f"{name} must be a non-negative int, got {value!r}")
+    return value
+
+
+@dataclass
+class DrafterStats:
+    """Running score of one drafter (mutable; owned by the ``Registry``).
+
+    ``proposed`` and ``matched`` are the current *trial window*: ``market.policy`` empties them when
+    it benches the peer, so it is judged afresh when the bench ends. ``lifetime_*`` never reset.
+    """
+
+    rounds: int = 0  # rounds in which the peer's draft arrived in time
+    proposed: int = 0  # draft tokens received (current trial window)
+    matched: int = 0  # of those, tokens that matched the target's output, verified or not
+    accepted: int = 0  # tokens credited: accepted in the draft actually verified
+    timeouts: int = 0
+    errors: int = 0  # protocol violations, dropped streams
+    jobs: int = 0
+    latency_ms: float | None = None  # EWMA (alpha 0.2) of the draft round trip; None until a sample
+    consecutive_failures: int = 0  # timeouts + errors since the last in-time draft
+    benched_until: float = 0.0  # clock time before which the peer is not asked
+    bench_count: int = 0  # how many times it has been benched (drives the backoff)
+    bench_reason: str = ""
+    last_error: str = ""
+    lifetime_proposed: int = 0
+    lifetime_matched: int = 0
+
+    @property
+    def match_rate(self) -> float:
+        """Posterior mean of the per-token match probability under a Beta(1, 1) (uniform) prior.
+
+        0.5 for a peer with no data, tending to matched/proposed as evidence accumulates.
+        """
+        return (self.matched + 1) / (self.proposed + 2)
+
+    @property
+    def lifetime_match_rate(self) -> float:
+        """Same Beta(1, 1) posterior mean, over every token ever received from the peer."""
+        return (self.lifetime_matched + 1) / (self.lifetime_proposed + 2)
+
+    def reset_window(self) -> None:
+        """Start a fresh trial: forget the windowed match evidence and the failure streak."""
+        self.proposed = 0
+        self.matched = 0
+        self.consecutive_failures = 0
+
+
+@dataclass(frozen=True)
+class DrafterInfo:
+    peer_id: str
+    addrs: tuple[str, ...]
+    first_seen: float
+    last_seen: float
+
+
+class Registry:
+    """Known drafters and their stats.
+
+    Not thread-safe, and needs not be: it is used from a single trio event loop, and no method
+    awaits, so every call runs to completion without interleaving.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._info: dict[str, DrafterInfo] = {}
+        self._stats: dict[str, DrafterStats] = {}
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def upsert(self, peer_id: str, addrs: Sequence[str]) -> bool:
+        """Record that ``peer_id`` was seen at ``addrs``; True if it is newly discovered."""
+        check_peer_id(peer_id)
+        if isinstance(addrs, str) or not all(isinstance(a, str) for a in addrs):
+            raise MarketError(f"addrs must be a sequence of str, got {addrs!r:.120}")
+        now = self._clock()
+        old = self._info.get(peer_id)
+        first_seen = now if old is None else old.first_seen
+        self._info[peer_id] = DrafterInfo(peer_id, tuple(addrs), first_seen, now)
+        if old is None:
+            self._stats[peer_id] = DrafterStats()
+            log.info("discovered drafter %s at %s", peer_id, ", ".join(addrs) or "(no address)")
+        return old is None
+
+    def forget(self, peer_id: str) -> None:
+        """Drop a peer and its stats (a no-op for an unknown peer)."""
+        self._info.pop(peer_id, None)
+        self._stats.pop(peer_id, None)
+
+    def prune(self, max_age_s: float) -> list[str]:
+        """Forget the peers not seen for more than ``max_age_s``; return them, sorted.
+
+        A forgotten peer that comes back starts from scratch: peer ids are free to mint, so keeping
+        history for vanished ids would cost memory without stopping a determined evader.
+        """
+        if not math.isfinite(max_age_s) or max_age_s < 0:
+            raise MarketError(f"max_age_s must be finite and >= 0, got {max_age_s!r}")
+        cutoff = self._clock() - max_age_s
+        gone = sorted(p for p, info in self._info.items() if info.last_seen < cutoff)
+        for peer_id in gone:
+            self.forget(peer_id)
+        if gone:
+            log.info("pruned %d drafter(s) unseen for %.0fs: %s", len(gone), max_age_s, ", ".join(gone))
+        return gone
+
+    def peers(self) -> list[str]:
+        """Every known peer id, sorted."""
+        return sorted(self._info)
+
+    def info(self, peer_id: str) -> DrafterInfo:
+        return self._info[self._known(peer_id)]
+
+    def stats(self, peer_id: str) -> DrafterStats:
+        return self._stats[self._known(peer_id)]
+
+    def __contains__(self, peer_id: object) -> bool:
+        return peer_id in self._info
+
+    def __len__(self) -> int:
+        return len(self._info)
+
+    def _known(self, peer_id: str) -> str:
+        if peer_id not in self._info:
+            raise MarketError(f"unknown drafter {peer_id!r:.80}")
+        return peer_id
+
+    # -- outcomes --------------------------------------------------------------------------
+
+    def record_draft(self, peer_id: str, proposed: int, matched: int, latency_s: float) -> None:
+        """A draft of ``proposed`` tokens arrived in time, ``matched`` of them matched the target."""
+        s = self.stats(peer_id)
+        check_count("proposed", proposed)
+        check_count("matched", matched)
+        if matched > proposed:
+            raise MarketError(f"matched ({matched}) exceeds proposed ({proposed})")
+        if isinstance(latency_s, bool) or not isinstance(latency_s, int | float) or not 0 <= latency_s < math.inf:
+            raise MarketError(f"latency_s must be a finite number >= 0, got {latency_s!r}")
+        sample_ms = latency_s * 1000.0
+        old_ms = sample_ms if s.latency_ms is None else s.latency_ms
+        s.latency_ms = (1 - LATENCY_EWMA_ALPHA) * old_ms + LATENCY_EWMA_ALPHA * sample_ms
+        s.rounds += 1
+        s.proposed += proposed
+        s.matched += matched
+        s.lifetime_proposed += proposed
+        s.lifetime_matched += matched
+        s.consecutive_failures = 0
+        self._touch(peer_id)
+
+    def record_accepted(self, peer_id: str, accepted: int) -> None:
+        """Credit ``accepted`` tokens of the peer's draft that the target verified."""
+        self.stats(peer_id).accepted += check_count("accepted", accepted)
+
+    def record_timeout(self, peer_id: str) -> None:
+        s = self.stats(peer_id)
+        s.timeouts += 1
+        s.consecutive_failures += 1
+
+    def record_error(self, peer_id: str, reason: str) -> None:
+        """A protocol violation or dropped stream; ``reason`` is kept for /health."""
+        s = self.stats(peer_id)
+        s.errors += 1
+        s.consecutive_failures += 1
+        s.last_error = str(reason)[:200]
+        log.debug("drafter %s error: %s", peer_id, s.last_error)
+
+    def record_job(self, peer_id: str) -> None:
+        """The peer took part in one more job."""
+        self.stats(peer_id).jobs += 1
+
+    def _touch(self, peer_id: str) -> None:
+        """An answering peer is alive: keep ``prune`` from forgetting it."""
+        old = self._info[peer_id]
+        self._info[peer_id] = DrafterInfo(peer_id, old.addrs, old.first_seen, self._clock())
+
+    # -- export ----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, dict]:
+        """JSON-ready per-peer stats, keyed by peer id (for /health and /metrics)."""
+        now = self._clock()
+        out: dict[str, dict] = {}
+        for peer_id in self.peers():
+            info, s = self._info[peer_id], self._stats[peer_id]
+            row = asdict(s)
+            row.pop("benched_until")
+            row.update(
+                addrs=list(info.addrs),
+                seen_ago_s=round(now - info.last_seen, 3),
+                known_for_s=round(now - info.first_seen, 3),
+                match_rate=round(s.match_rate, 4),
+                lifetime_match_rate=round(s.lifetime_match_rate, 4),
+                latency_ms=None if s.latency_ms is None else round(s.latency_ms, 3),
+                benched=s.benched_until > now,
+                bench_remaining_s=round(max(0.0, s.benched_until - now), 3),
+            )
+            out[peer_id] = row
+        return out

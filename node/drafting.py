@@ -1,0 +1,120 @@
+"""The target's drafting market: discovered drafters -> policy -> per-job draft sessions -> ledger."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import multiaddr
+import trio
+from libp2p.abc import IHost
+from libp2p.exceptions import BaseLibp2pError
+from libp2p.peer.id import ID
+
+from market.ledger import Ledger
+from market.policy import Policy
+from market.registry import Registry
+from node.remote import MarketProposer, RemoteSession
+from p2p.discovery import Registration
+from p2p.framing import FrameStream
+from p2p.messages import DRAFT_PROTOCOL_ID, TO_TARGET
+from verifier.params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+OPEN_TIMEOUT_S = 0.5  # a drafter whose stream does not open this fast sits the job out
+PEERSTORE_TTL_S = 600
+CLOSE_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class DraftingConfig:
+    deadline_s: float = 0.1
+    max_drafters: int = 4
+
+
+class MarketDrafting:
+    """The ``DraftingBackend`` of the engine, backed by drafter peers found over libp2p."""
+
+    def __init__(
+        self, host: IHost, registry: Registry, policy: Policy, ledger: Ledger, cfg: DraftingConfig, vocab_size: int
+    ) -> None:
+        self.host, self.registry, self.policy, self.ledger = host, registry, policy, ledger
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+
+    def on_registration(self, reg: Registration) -> None:
+        """Discovery callback: remember the drafter and where to dial it."""
+        if self.registry.upsert(reg.peer_id, reg.addrs):
+            log.info("discovered drafter %s at %s", reg.peer_id, ", ".join(reg.addrs) or "(no address)")
+            addrs = []
+            for a in reg.addrs:
+                try:
+                    addrs.append(multiaddr.Multiaddr(a))
+                except (ValueError, TypeError, multiaddr.exceptions.Error):
+                    continue
+            self.host.get_peerstore().add_addrs(ID.from_base58(reg.peer_id), addrs, PEERSTORE_TTL_S)
+
+    async def _open(self, peer: str, gamma: int, opened: list[RemoteSession]) -> None:
+        try:
+            with trio.fail_after(OPEN_TIMEOUT_S):
+                stream = await self.host.new_stream(ID.from_base58(peer), [DRAFT_PROTOCOL_ID])
+        except (trio.TooSlowError, BaseLibp2pError, OSError, ValueError) as exc:
+            log.info("cannot open a draft stream to %s: %s", peer, exc or type(exc).__name__)
+            self.registry.record_error(peer, f"stream open failed: {type(exc).__name__}")
+            self.policy.update(self.registry, peer)
+            return
+        fs = FrameStream(stream, vocab_size=self.vocab_size, allowed=TO_TARGET, max_gamma=gamma)
+        opened.append(RemoteSession(peer, fs))
+
+    async def _open_all(self, peers: list[str], gamma: int) -> list[RemoteSession]:
+        opened: list[RemoteSession] = []
+        async with trio.open_nursery() as nursery:
+            for peer in peers:
+                nursery.start_soon(self._open, peer, gamma, opened)
+        return opened
+
+    @asynccontextmanager
+    async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator:
+        peers = self.policy.select(self.registry, self.cfg.max_drafters)
+        sessions = await self._open_all(peers, gamma) if peers else []
+        if not sessions:
+            yield None
+            return
+        for s in sessions:
+            self.registry.record_job(s.peer_id)
+        proposer = MarketProposer(
+            sessions,
+            job=job_id,
+            params=params,
+            seed=seed,
+            gamma=gamma,
+            deadline_s=self.cfg.deadline_s,
+            registry=self.registry,
+            policy=self.policy,
+        )
+        log.info("job %s: drafting with %s", job_id, ", ".join(s.peer_id for s in sessions))
+        try:
+            async with trio.open_nursery() as nursery:
+                for s in sessions:
+                    nursery.start_soon(proposer.read_drafts, s)
+                try:
+                    yield proposer
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._close(job_id, sessions)
+
+    async def _close(self, job_id: str, sessions: list[RemoteSession]) -> None:
+        for s in sessions:
+            s.kill("job finished")
+        with trio.move_on_after(CLOSE_TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for s in sessions:
+                    nursery.start_soon(s.fs.close)
+        credits = {s.peer_id: (s.accepted, s.proposed) for s in sessions if s.proposed}
+        if credits:
+            await trio.to_thread.run_sync(self.ledger.credit, job_id, credits)

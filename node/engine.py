@@ -1,0 +1,227 @@
+"""The target's generation engine: requests in, verified tokens out, drafting delegated to a market.
+
+One request is one *job*: a fresh KV cache on the shared target weights (``HFCausalLM.fork``), the
+decode loop of ``verifier.decode`` in a worker thread, and a proposer supplied by the drafting
+backend (remote drafter peers) or none (plain decoding). Chunks of tokens are handed back to the
+trio loop through a memory channel as they are verified, so a slow reader never stalls decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+
+from node.generate import check_fits, encode_prompt
+from node.models import ModelPair
+from verifier.decode import DecodeResult, Proposer, decode_plain, decode_speculative
+from verifier.errors import InvalidParams
+from verifier.params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+MAX_PROMPT_CHARS = 32_768
+MAX_SEED = (1 << 63) - 1  # JSON/JS clients lose precision above 2^53, but the server takes any 63-bit seed
+REPLACEMENT_CHAR = "\ufffd"  # what a partial UTF-8 sequence decodes to; held back until completed
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    prompt: str
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None  # None: the server draws one and reports it
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str) or not self.prompt:
+            raise InvalidParams("'prompt' must be a non-empty string")
+        if len(self.prompt) > MAX_PROMPT_CHARS:
+            raise InvalidParams(f"'prompt' is {len(self.prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise InvalidParams(f"'max_tokens' must be a positive integer, got {self.max_tokens!r}")
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED
+        ):
+            raise InvalidParams(f"'seed' must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
+        self.params  # validates temperature / top_k / top_p  # noqa: B018
+
+    @property
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_k, self.top_p)
+
+
+@dataclass(frozen=True)
+class CompletionResult:
+    job: str
+    text: str
+    tokens: tuple[int, ...]
+    prompt_tokens: tuple[int, ...]
+    seed: int
+    finish_reason: str  # "length" | "stop"
+    stats: dict[str, float | int]
+    credits: dict[str, int]  # drafter peer id -> draft tokens of its that were accepted
+
+
+ChunkSink = Callable[[tuple[int, ...], str], Awaitable[None]]
+
+
+class JobProposer(Proposer, Protocol):
+    """A proposer for one job that can report, at the end, whose draft tokens were accepted."""
+
+    def finish(self, context: Sequence[int]) -> dict[str, int]:
+        """Settle the last round against the final ``context`` (prompt + output); drafter -> credits."""
+
+
+class DraftingBackend(Protocol):
+    def job(
+        self, job_id: str, params: SamplingParams, seed: int, gamma: int
+    ) -> AbstractAsyncContextManager[JobProposer | None]:
+        """Open draft sessions for one job; yields None when no drafter is available."""
+
+
+class TextStream:
+    """Incremental detokenisation: the text added by each chunk, holding back partial UTF-8."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.tokens: list[int] = []
+        self.emitted = 0  # characters of decode(tokens) already handed out
+
+    def feed(self, tokens: Sequence[int]) -> str:
+        self.tokens.extend(tokens)
+        text = self.tokenizer.decode(self.tokens)
+        end = len(text.rstrip(REPLACEMENT_CHAR))
+        delta, self.emitted = text[self.emitted : end], max(self.emitted, end)
+        return delta
+
+    def flush(self) -> str:
+        text = self.tokenizer.decode(self.tokens)
+        delta, self.emitted = text[self.emitted :], len(text)
+        return delta
+
+
+@dataclass
+class EngineCounters:
+    requests: int = 0
+    requests_failed: int = 0
+    tokens_generated: int = 0
+    target_passes: int = 0
+    target_positions: int = 0
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+    active_jobs: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, result: DecodeResult) -> None:
+        with self._lock:
+            self.tokens_generated += len(result.tokens)
+            self.target_passes += result.stats.target_passes
+            self.target_positions += result.stats.target_positions
+            self.draft_tokens_proposed += result.stats.draft_tokens_proposed
+            self.draft_tokens_accepted += result.stats.draft_tokens_accepted
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+@asynccontextmanager
+async def _no_drafting(job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator[None]:
+    yield None
+
+
+class Engine:
+    """Serves completions from one target model; thread-safe across concurrent jobs."""
+
+    def __init__(self, pair: ModelPair, *, model_name: str, gamma: int, drafting: DraftingBackend | None = None):
+        if not 1 <= gamma <= 16:
+            raise InvalidParams(f"gamma must be in [1, 16], got {gamma}")
+        self.pair = pair
+        self.model_name = model_name
+        self.gamma = gamma
+        self.drafting = drafting
+        self.counters = EngineCounters()
+        self.stop_token: int | None = None  # completions run to max_tokens (<|endoftext|> is ordinary text here)
+
+    def _job_context(self, job_id: str, params: SamplingParams, seed: int):
+        if self.drafting is None:
+            return _no_drafting(job_id, params, seed, self.gamma)
+        return self.drafting.job(job_id, params, seed, self.gamma)
+
+    def _decode(self, proposer: Proposer | None, prompt: list[int], req: CompletionRequest, seed: int, on_token):
+        target = self.pair.target.fork()  # shared weights, this job's own KV cache
+        common = dict(params=req.params, seed=seed, max_new_tokens=req.max_tokens, on_token=on_token)
+        if proposer is None:
+            return decode_plain(target, prompt, stop_token=self.stop_token, **common)
+        return decode_speculative(target, proposer, prompt, gamma=self.gamma, stop_token=self.stop_token, **common)
+
+    async def complete(self, req: CompletionRequest, on_chunk: ChunkSink | None = None) -> CompletionResult:
+        """Run one job. ``on_chunk(tokens, text)`` is awaited in order for every verified chunk."""
+        prompt = encode_prompt(self.pair.tokenizer, req.prompt)
+        check_fits(self.pair, len(prompt), req.max_tokens)
+        seed = req.seed if req.seed is not None else secrets.randbelow(MAX_SEED + 1)
+        job_id = secrets.token_hex(8)
+        self.counters.requests += 1
+        self.counters.active_jobs += 1
+        try:
+            return await self._run_job(job_id, prompt, req, seed, on_chunk)
+        except BaseException:
+            self.counters.requests_failed += 1
+            raise
+        finally:
+            self.counters.active_jobs -= 1
+
+    async def _run_job(self, job_id: str, prompt: list[int], req: CompletionRequest, seed: int, on_chunk):
+        text = TextStream(self.pair.tokenizer)
+        send, receive = trio.open_memory_channel[tuple[int, ...]](math.inf)
+
+        def on_token(tokens: Sequence[int]) -> None:  # runs in the worker thread
+            trio.from_thread.check_cancelled()  # client gone: stop at the end of this round
+            trio.from_thread.run_sync(send.send_nowait, tuple(tokens))
+
+        async def forward_chunks() -> None:
+            async for tokens in receive:
+                delta = text.feed(tokens)
+                if on_chunk is not None:
+                    await on_chunk(tokens, delta)
+
+        started = time.perf_counter()
+        async with self._job_context(job_id, req.params, seed) as proposer, trio.open_nursery() as nursery:
+            nursery.start_soon(forward_chunks)
+            try:
+                result = await trio.to_thread.run_sync(self._decode, proposer, prompt, req, seed, on_token)
+            finally:
+                send.close()
+            credits = proposer.finish([*prompt, *result.tokens]) if proposer is not None else {}
+        tail = text.flush()
+        if tail and on_chunk is not None:
+            await on_chunk((), tail)
+        return self._result(job_id, prompt, req, seed, result, credits, time.perf_counter() - started)
+
+    def _result(self, job_id, prompt, req, seed, result: DecodeResult, credits, wall: float) -> CompletionResult:
+        self.counters.add(result)
+        stats = result.stats.to_dict()
+        stats["wall_seconds"] = round(wall, 4)
+        stats["tokens_per_second"] = round(len(result.tokens) / wall, 2) if wall > 0 else 0.0
+        stopped = self.stop_token is not None and result.tokens[-1:] == (self.stop_token,)
+        log.info("job %s: %d tokens in %.3f s, %s", job_id, len(result.tokens), wall, stats)
+        return CompletionResult(
+            job=job_id,
+            text=self.pair.tokenizer.decode(list(result.tokens)),
+            tokens=result.tokens,
+            prompt_tokens=tuple(prompt),
+            seed=seed,
+            finish_reason="stop" if stopped else "length",
+            stats=stats,
+            credits=credits,
+        )

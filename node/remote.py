@@ -1,0 +1,221 @@
+"""Target side of the draft protocol: sessions with remote drafters and the proposer they feed.
+
+Terms (as in verifier.verify): a round drafts γ tokens, the target verifies them in one pass and
+emits the accepted draft tokens plus one recovered/bonus token. Under Rule.GUMBEL a draft token is
+accepted iff it equals the token the target emits at that position, so the number of a draft's
+tokens that *match* the emitted tokens is exactly what verification would have accepted. That lets
+the market measure every drafter that answered in time, not only the one whose draft was verified.
+
+The decode loop runs in a worker thread and calls ``MarketProposer.propose``, which hops into the
+trio loop for one round: send ``advance`` to every live session, wait for drafts until the best
+ranked drafter answers or the deadline passes, and return the best draft (or none: the target then
+decodes the round alone, so a slow drafter costs at most one deadline per round).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from market.policy import Policy
+from market.registry import Registry
+from p2p.framing import FrameStream, StreamFailed
+from p2p.messages import Advance, Draft, InvalidMessage, Open
+from verifier.model import common_prefix
+from verifier.params import SamplingParams
+from verifier.proposal import EMPTY, Proposal
+
+log = logging.getLogger(__name__)
+
+SEND_TIMEOUT_S = 1.0
+IDLE_READ_TIMEOUT_S = 600.0  # the reader waits for drafts for as long as the job lives
+MAX_MISSES_PER_JOB = 2  # consecutive missed deadlines before a session is dropped for the job
+
+
+@dataclass
+class RemoteSession:
+    """One (job, drafter) stream as the target sees it."""
+
+    peer_id: str
+    fs: FrameStream
+    synced: int = 0  # context tokens the drafter has been sent
+    alive: bool = True
+    misses: int = 0
+    sent_at: float = 0.0
+    pending: tuple[Draft, float] | None = None  # draft for the current round, latency in s
+    last: tuple[Draft, float] | None = None  # the draft used to settle the previous round
+    accepted: int = 0  # this job: tokens of this drafter's verified drafts that were accepted
+    proposed: int = 0  # this job: draft tokens received in time
+    reason: str = ""
+
+    def kill(self, reason: str) -> None:
+        if self.alive:
+            self.alive, self.reason = False, reason
+
+
+@dataclass
+class RoundState:
+    k: int = -1  # k of the round in flight
+    context_len: int = 0  # len(context) when the round was asked for
+    chosen: str | None = None  # peer whose draft was verified in the round in flight
+    closed: bool = False  # the draft was chosen; later arrivals are misses
+    changed: trio.Event = field(default_factory=trio.Event)
+
+
+class MarketProposer:
+    """The Proposer for one job; ``propose`` is called from the decode worker thread."""
+
+    name = "market"
+
+    def __init__(
+        self,
+        sessions: list[RemoteSession],
+        *,
+        job: str,
+        params: SamplingParams,
+        seed: int,
+        gamma: int,
+        deadline_s: float,
+        registry: Registry,
+        policy: Policy,
+    ) -> None:
+        self.sessions = sessions
+        self.job, self.params, self.seed, self.gamma = job, params, seed, gamma
+        self.deadline_s = deadline_s
+        self.registry, self.policy = registry, policy
+        self.round = RoundState()
+        self.overhead_s = 0.0  # time spent waiting on drafters (round trips, deadlines)
+
+    # -- called from the worker thread ------------------------------------------------------
+    def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int):
+        return trio.from_thread.run(self._round, list(context), start, gamma)
+
+    # -- trio side ----------------------------------------------------------------------------
+    def live(self) -> list[RemoteSession]:
+        return [s for s in self.sessions if s.alive]
+
+    async def _round(self, context: list[int], k: int, gamma: int) -> Proposal:
+        started = time.perf_counter()
+        self._settle(context)
+        self.round = RoundState(k=k, context_len=len(context))
+        live = self.live()
+        async with trio.open_nursery() as nursery:
+            for session in live:
+                nursery.start_soon(self._send_update, session, context, k)
+        ranked = self.policy.rank(self.registry, [s.peer_id for s in self.live()], explore=False)
+        await self._wait_for_drafts(ranked)
+        proposal = self._choose(ranked, gamma)
+        self.overhead_s += time.perf_counter() - started
+        return proposal
+
+    async def _send_update(self, session: RemoteSession, context: list[int], k: int) -> None:
+        if session.synced == 0:
+            msg = Open(self.job, tuple(context), *self._params(), self.seed, self.gamma, k)
+        else:
+            msg = Advance(self.job, tuple(context[session.synced :]), k)
+        session.pending = None
+        try:
+            await session.fs.send(msg, SEND_TIMEOUT_S)
+        except (StreamFailed, InvalidMessage) as exc:
+            self._fail(session, f"send failed: {exc}")
+            return
+        session.synced, session.sent_at = len(context), time.perf_counter()
+
+    def _params(self) -> tuple[float, int, float]:
+        return self.params.temperature, self.params.top_k, self.params.top_p
+
+    async def _wait_for_drafts(self, ranked: list[str]) -> None:
+        """Until the best-ranked live drafter has answered, all have, or the deadline passes."""
+        by_peer = {s.peer_id: s for s in self.sessions}
+        with trio.move_on_after(self.deadline_s):
+            while True:
+                live = [by_peer[p] for p in ranked if by_peer[p].alive]
+                if not live or live[0].pending is not None or all(s.pending for s in live):
+                    return
+                self.round.changed = trio.Event()
+                await self.round.changed.wait()
+
+    def _choose(self, ranked: list[str], gamma: int) -> Proposal:
+        by_peer = {s.peer_id: s for s in self.sessions}
+        self.round.closed = True
+        for session in self.live():
+            if session.pending is None:
+                self._miss(session)
+            else:
+                session.misses = 0
+        for peer in ranked:
+            session = by_peer[peer]
+            if session.alive and session.pending is not None and session.pending[0].tokens:
+                self.round.chosen = peer
+                return Proposal(session.pending[0].tokens[:gamma])  # the final round may need fewer
+        self.round.chosen = None
+        return EMPTY
+
+    def _miss(self, session: RemoteSession) -> None:
+        session.misses += 1
+        self.registry.record_timeout(session.peer_id)
+        self.policy.update(self.registry, session.peer_id)
+        if session.misses >= MAX_MISSES_PER_JOB:
+            session.kill(f"missed {session.misses} deadlines of {self.deadline_s * 1000:.0f} ms")
+            log.info("job %s: dropping drafter %s: %s", self.job, session.peer_id, session.reason)
+
+    def _fail(self, session: RemoteSession, reason: str) -> None:
+        if not session.alive:
+            return
+        session.kill(reason)
+        log.warning("job %s: dropping the stream of drafter %s: %s", self.job, session.peer_id, reason)
+        self.registry.record_error(session.peer_id, reason)
+        self.policy.update(self.registry, session.peer_id)
+
+    def _settle(self, context: Sequence[int]) -> None:
+        """Score the drafts of the round that just ended against the tokens it emitted."""
+        r = self.round
+        if r.k < 0:
+            return
+        emitted = context[r.context_len :]
+        for session in self.sessions:
+            if session.pending is None:
+                continue
+            draft, latency = session.pending
+            session.pending = None
+            matched = common_prefix(draft.tokens, emitted)
+            session.proposed += len(draft.tokens)
+            self.registry.record_draft(session.peer_id, len(draft.tokens), matched, latency)
+            if session.peer_id == r.chosen:
+                session.accepted += matched
+                self.registry.record_accepted(session.peer_id, matched)
+            self.policy.update(self.registry, session.peer_id)
+            if session.alive and self.policy.is_benched(self.registry.stats(session.peer_id)):
+                session.kill("benched by the market policy")
+                log.info("job %s: drafter %s benched; not asking it again", self.job, session.peer_id)
+
+    def finish(self, context: Sequence[int]) -> dict[str, int]:
+        """Settle the last round against the final output; per-drafter accepted tokens."""
+        self._settle(context)
+        self.round = RoundState()
+        return {s.peer_id: s.accepted for s in self.sessions if s.accepted}
+
+    async def read_drafts(self, session: RemoteSession) -> None:
+        """Background reader: one per session, so a read is never cancelled half-way."""
+        while session.alive:
+            try:
+                msg = await session.fs.receive(IDLE_READ_TIMEOUT_S)
+            except (StreamFailed, InvalidMessage) as exc:
+                self._fail(session, str(exc))
+                break
+            assert isinstance(msg, Draft)  # FrameStream(allowed=TO_TARGET) admits nothing else
+            if msg.job != self.job or len(msg.tokens) > self.gamma:
+                self._fail(session, f"draft for job {msg.job!r} of {len(msg.tokens)} tokens does not fit the session")
+                break
+            if msg.start != self.round.k or self.round.closed or session.pending is not None:
+                log.debug(
+                    "job %s: stale draft from %s (k=%d, round k=%d)", self.job, session.peer_id, msg.start, self.round.k
+                )
+                continue
+            session.pending = (msg, time.perf_counter() - session.sent_at)
+            self.round.changed.set()
+        self.round.changed.set()

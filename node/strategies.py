@@ -1,0 +1,75 @@
+"""What a drafter peer does with each draft request: honest drafting, or one of the hostile
+behaviours used by tests and the demo. None of them can change the target's output; the worst
+they can do is cost the target one deadline (slow) or one dropped stream (garbage, flaky).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from node.generate import LYING_WANTED_TEXT
+from p2p.messages import MAX_FRAME_BYTES
+from verifier.decode import Proposer
+from verifier.model import LanguageModel
+from verifier.proposers import AdversarialProposer, LocalDraftProposer, LyingProposer, RandomProposer
+
+STRATEGIES = ("honest", "random", "adversarial", "lying", "slow", "garbage", "flaky")
+DEFAULT_SLOW_MS = 1000  # well past the target's default draft deadline
+FLAKY_MAX_DRAFTS = 3  # a flaky drafter drops its connection after 1..3 drafts
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How to misbehave, decided per session."""
+
+    delay_s: float = 0.0  # slow: sleep before answering
+    garbage: bool = False  # send a malformed frame instead of the draft
+    drop_after: int | None = None  # flaky: close the connection after this many drafts
+
+
+def make_proposer(strategy: str, model: LanguageModel, tokenizer, rng_seed: int) -> Proposer:
+    """The proposer behind a strategy; ``model`` is this session's own fork of the draft model."""
+    if strategy in ("honest", "slow", "flaky", "garbage"):
+        return LocalDraftProposer(model)
+    if strategy == "random":
+        return RandomProposer(model.vocab_size, rng_seed)
+    if strategy == "adversarial":
+        return AdversarialProposer(model)  # the draft model's least likely token at every position
+    if strategy == "lying":
+        return LyingProposer(model.vocab_size, tokenizer.encode(LYING_WANTED_TEXT)[0])
+    raise ValueError(f"unknown strategy {strategy!r}")
+
+
+def make_behaviour(strategy: str, rng: random.Random, slow_ms: int = DEFAULT_SLOW_MS) -> Behaviour:
+    if strategy == "slow":
+        return Behaviour(delay_s=slow_ms / 1000)
+    if strategy == "garbage":
+        return Behaviour(garbage=True)
+    if strategy == "flaky":
+        return Behaviour(drop_after=rng.randint(1, FLAKY_MAX_DRAFTS))
+    return Behaviour()
+
+
+def _pack(body: object) -> bytes:
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def garbage_frames(job: str, start: int, vocab_size: int) -> Sequence[bytes]:
+    """Malformed frame bodies a garbage drafter cycles through (each is a complete varint frame
+    body except the oversized one, whose length prefix alone exceeds the cap)."""
+    draft = {"type": "draft", "job": job, "start": start}
+    return [
+        b"\xc1\xc1\xc1",  # not msgpack
+        _pack([1, 2, 3]),  # not a map
+        _pack({**draft, "tokens": [vocab_size]}),  # token id == V
+        _pack({**draft, "tokens": [-1, 2]}),
+        _pack({**draft, "tokens": list(range(17))}),  # longer than any γ
+        _pack({**draft, "tokens": [1], "probs": [0.5]}),  # unexpected field
+        _pack({"type": "open", "job": job}),  # wrong direction
+        _pack({**draft, "job": "x" * 100, "tokens": [1]}),  # job id too long
+        b"\x00" * (MAX_FRAME_BYTES + 1),  # oversized
+    ]

@@ -1,0 +1,352 @@
+"""The market package: drafter registry, bench/selection policy and the SQLite ledger."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+
+import pytest
+
+from market import DrafterStats, Ledger, LedgerEntry, MarketError, Policy, PolicyConfig, Registry
+from verifier.errors import SpecmarketError
+
+
+class FakeClock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def reg(clock: FakeClock) -> Registry:
+    return Registry(clock)
+
+
+@pytest.fixture
+def policy(clock: FakeClock) -> Policy:
+    return Policy(PolicyConfig(), clock)
+
+
+def _draft(reg: Registry, policy: Policy, peer: str, proposed: int, matched: int, latency_s: float = 0.01) -> None:
+    reg.record_draft(peer, proposed, matched, latency_s)
+    policy.update(reg, peer)
+
+
+# -- registry ----------------------------------------------------------------------------
+
+
+def test_upsert_discovers_once_and_refreshes(reg: Registry, clock: FakeClock) -> None:
+    assert reg.upsert("p1", ["/ip4/1.2.3.4/tcp/1"]) is True
+    clock.advance(5)
+    assert reg.upsert("p1", ["/ip4/5.6.7.8/tcp/2"]) is False
+    info = reg.info("p1")
+    assert (info.addrs, info.first_seen, info.last_seen) == (("/ip4/5.6.7.8/tcp/2",), 1000.0, 1005.0)
+    assert "p1" in reg and "p2" not in reg and len(reg) == 1
+
+
+def test_prune_forgets_only_stale_peers(reg: Registry, clock: FakeClock) -> None:
+    reg.upsert("old", [])
+    reg.upsert("busy", [])
+    clock.advance(50)
+    reg.upsert("new", [])
+    reg.record_draft("busy", 4, 2, 0.01)  # an answering peer counts as seen
+    clock.advance(20)
+    assert reg.prune(60) == ["old"]
+    assert reg.peers() == ["busy", "new"]
+    reg.forget("busy")
+    reg.forget("never-known")  # no-op
+    assert reg.peers() == ["new"]
+    with pytest.raises(MarketError):
+        reg.stats("busy")
+
+
+def test_stats_arithmetic(reg: Registry) -> None:
+    reg.upsert("p", [])
+    s = reg.stats("p")
+    assert s.match_rate == 0.5 and s.latency_ms is None
+    reg.record_timeout("p")
+    reg.record_error("p", "bad frame")
+    assert (s.timeouts, s.errors, s.consecutive_failures, s.last_error) == (1, 1, 2, "bad frame")
+    reg.record_draft("p", 8, 6, 0.050)
+    reg.record_draft("p", 8, 2, 0.100)
+    reg.record_accepted("p", 5)
+    reg.record_job("p")
+    assert (s.rounds, s.proposed, s.matched, s.accepted, s.jobs) == (2, 16, 8, 5, 1)
+    assert s.consecutive_failures == 0
+    assert s.match_rate == pytest.approx(9 / 18)
+    assert s.latency_ms == pytest.approx(0.8 * 50 + 0.2 * 100)
+    assert (s.lifetime_proposed, s.lifetime_matched) == (16, 8)
+
+
+def test_snapshot_is_json_ready(reg: Registry, clock: FakeClock) -> None:
+    reg.upsert("p", ["/ip4/1.2.3.4/tcp/1"])
+    reg.record_draft("p", 10, 4, 0.02)
+    clock.advance(3)
+    snap = json.loads(json.dumps(reg.snapshot()))
+    row = snap["p"]
+    assert row["proposed"] == 10 and row["matched"] == 4 and row["match_rate"] == pytest.approx(5 / 12, abs=1e-4)
+    assert row["latency_ms"] == pytest.approx(20.0) and row["seen_ago_s"] == pytest.approx(3.0)
+    assert row["benched"] is False and row["addrs"] == ["/ip4/1.2.3.4/tcp/1"]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r: r.record_draft("p", -1, 0, 0.01),
+        lambda r: r.record_draft("p", 3, 4, 0.01),
+        lambda r: r.record_draft("p", 3, 1, -0.5),
+        lambda r: r.record_draft("p", 3, 1, float("nan")),
+        lambda r: r.record_draft("p", 3.0, 1, 0.01),
+        lambda r: r.record_accepted("p", -2),
+        lambda r: r.record_draft("ghost", 1, 1, 0.01),
+        lambda r: r.record_timeout("ghost"),
+        lambda r: r.info("ghost"),
+        lambda r: r.upsert("", []),
+        lambda r: r.upsert("x" * 129, []),
+        lambda r: r.upsert("q", "/ip4/1.2.3.4"),
+        lambda r: r.prune(-1),
+    ],
+)
+def test_registry_validation(reg: Registry, call) -> None:
+    reg.upsert("p", [])
+    before = reg.snapshot()
+    with pytest.raises(MarketError) as exc:
+        call(reg)
+    assert isinstance(exc.value, SpecmarketError)
+    assert reg.snapshot() == before  # a refused record changes nothing
+
+
+# -- policy ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"min_tokens_to_judge": 0},
+        {"min_match_rate": 1.0},
+        {"min_match_rate": -0.1},
+        {"max_consecutive_failures": 0},
+        {"bench_base_s": 0.0},
+        {"bench_base_s": 100.0, "bench_max_s": 50.0},
+        {"bench_max_s": float("inf")},
+        {"latency_budget_ms": float("nan")},
+        {"explore_match_rate": 0.0},
+    ],
+)
+def test_policy_config_validation(kwargs) -> None:
+    with pytest.raises(MarketError):
+        PolicyConfig(**kwargs)
+
+
+def test_bench_duration_doubles_and_caps() -> None:
+    cfg = PolicyConfig(bench_base_s=30.0, bench_max_s=600.0)
+    assert [cfg.bench_duration(k) for k in (1, 2, 3, 5, 6, 10_000)] == [30.0, 60.0, 120.0, 480.0, 600.0, 600.0]
+
+
+def test_never_matching_drafter_is_benched_retried_and_benched_longer(
+    reg: Registry, policy: Policy, clock: FakeClock
+) -> None:
+    reg.upsert("bad", [])
+    reg.upsert("good", [])
+    for _ in range(7):  # 56 < 64 tokens: no verdict yet, and it is still explored
+        _draft(reg, policy, "bad", 8, 0)
+        _draft(reg, policy, "good", 8, 6)
+    assert policy.select(reg, 2) == ["bad", "good"]
+    _draft(reg, policy, "bad", 8, 0)  # 64 tokens, match rate 1/66 < 0.05
+    _draft(reg, policy, "good", 8, 6)
+    assert policy.eligible(reg) == ["good"] and policy.select(reg, 2) == ["good"]
+    assert reg.stats("bad").benched_until == pytest.approx(clock() + 30.0)
+    clock.advance(29.9)
+    assert "bad" not in policy.select(reg, 2)
+    clock.advance(0.2)  # bench over: a fresh trial, explored first again
+    assert policy.select(reg, 2) == ["bad", "good"]
+    assert reg.stats("bad").proposed == 0 and reg.stats("bad").lifetime_proposed == 64
+    for _ in range(8):
+        _draft(reg, policy, "bad", 8, 0)
+    s = reg.stats("bad")
+    assert s.bench_count == 2 and s.benched_until == pytest.approx(clock() + 60.0)
+    assert policy.select(reg, 2) == ["good"]
+
+
+def test_improved_drafter_stays_after_its_bench(reg: Registry, policy: Policy, clock: FakeClock) -> None:
+    reg.upsert("p", [])
+    for _ in range(8):
+        _draft(reg, policy, "p", 8, 0)
+    assert policy.eligible(reg) == []
+    clock.advance(31)
+    for _ in range(20):
+        _draft(reg, policy, "p", 8, 5)
+    assert policy.eligible(reg) == ["p"] and reg.stats("p").bench_count == 1
+
+
+def test_consecutive_timeouts_bench(reg: Registry, policy: Policy) -> None:
+    reg.upsert("slow", [])
+    reg.record_timeout("slow")
+    policy.update(reg, "slow")
+    assert policy.eligible(reg) == ["slow"]
+    reg.record_error("slow", "stream reset")
+    policy.update(reg, "slow")
+    assert policy.eligible(reg) == []
+    assert "2 consecutive" in reg.stats("slow").bench_reason
+
+
+def test_in_time_draft_resets_consecutive_failures(reg: Registry, policy: Policy) -> None:
+    reg.upsert("flaky", [])
+    for _ in range(5):
+        reg.record_timeout("flaky")
+        policy.update(reg, "flaky")
+        _draft(reg, policy, "flaky", 4, 3)
+        assert reg.stats("flaky").consecutive_failures == 0
+    assert policy.eligible(reg) == ["flaky"] and reg.stats("flaky").timeouts == 5
+
+
+def test_score_monotone_in_match_rate_and_latency(policy: Policy) -> None:
+    def stats(matched: int, latency_ms: float | None) -> DrafterStats:
+        return DrafterStats(rounds=10, proposed=100, matched=matched, latency_ms=latency_ms)
+
+    by_rate = [policy.score(stats(m, 40.0)) for m in (0, 10, 50, 90, 100)]
+    assert by_rate == sorted(by_rate) and len(set(by_rate)) == len(by_rate)
+    by_latency = [policy.score(stats(60, ms)) for ms in (1.0, 50.0, 100.0, 150.0, 400.0)]
+    assert by_latency == sorted(by_latency, reverse=True) and len(set(by_latency)) == len(by_latency)
+    assert policy.score(stats(60, 100.0)) == pytest.approx(policy.score(stats(60, 0.0)) / 2)  # half at the budget
+    assert policy.score(stats(60, None)) == policy.score(stats(60, 0.0))
+    unreliable = DrafterStats(rounds=10, timeouts=10, proposed=100, matched=60, latency_ms=40.0)
+    assert policy.score(unreliable) < policy.score(stats(60, 40.0))
+
+
+def test_rank_orders_by_match_rate_then_latency(reg: Registry, policy: Policy) -> None:
+    for peer, matched, latency_s in [("a", 20, 0.01), ("b", 60, 0.01), ("c", 60, 0.09), ("d", 40, 0.01)]:
+        reg.upsert(peer, [])
+        _draft(reg, policy, peer, 64, matched, latency_s)
+    assert policy.rank(reg, ["a", "b", "c", "d"]) == ["b", "d", "c", "a"]
+    assert policy.rank(reg, ["d", "a", "d"]) == ["d", "a"]
+    assert policy.select(reg, 2) == ["b", "d"] and policy.select(reg, 0) == []
+    with pytest.raises(MarketError):
+        policy.select(reg, -1)
+
+
+def test_new_drafters_are_explored(reg: Registry, policy: Policy) -> None:
+    reg.upsert("veteran", [])
+    for _ in range(10):
+        _draft(reg, policy, "veteran", 8, 7)
+    reg.upsert("newcomer", [])
+    assert policy.select(reg, 1) == ["newcomer"]
+    assert policy.rank(reg, ["veteran", "newcomer"], explore=False) == ["veteran", "newcomer"]
+    _draft(reg, policy, "newcomer", 8, 2)  # still unjudged: still explored
+    assert policy.select(reg, 1) == ["newcomer"]
+    for _ in range(7):
+        _draft(reg, policy, "newcomer", 8, 2)  # judged now (64 tokens, ~0.26): ranked on merit
+    assert policy.select(reg, 2) == ["veteran", "newcomer"]
+
+
+def test_ties_broken_by_peer_id(reg: Registry, policy: Policy) -> None:
+    for peer in ["zeta", "alpha", "mike"]:
+        reg.upsert(peer, [])
+    assert policy.select(reg, 3) == ["alpha", "mike", "zeta"]
+    for peer in ["zeta", "alpha", "mike"]:
+        _draft(reg, policy, peer, 64, 32, 0.02)
+    assert policy.rank(reg, ["zeta", "mike", "alpha"]) == ["alpha", "mike", "zeta"]
+
+
+def test_policy_unknown_peer(reg: Registry, policy: Policy) -> None:
+    with pytest.raises(MarketError):
+        policy.update(reg, "ghost")
+    with pytest.raises(MarketError):
+        policy.rank(reg, ["ghost"])
+
+
+# -- ledger ------------------------------------------------------------------------------
+
+
+def test_ledger_persists_across_reopen(tmp_path) -> None:
+    path = tmp_path / "data" / "sub" / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        assert ledger.credit("job-1", {"p1": (5, 8), "p2": (0, 4)}) is True
+        assert ledger.credit("job-2", {"p1": (3, 3)}) is True
+    assert path.exists()
+    with Ledger(path) as ledger:
+        assert ledger.totals() == {"p1": LedgerEntry("p1", 8, 11, 2), "p2": LedgerEntry("p2", 0, 4, 1)}
+        assert ledger.get("p3") == LedgerEntry("p3", 0, 0, 0)
+        assert ledger.has_job("job-1") and not ledger.has_job("job-3")
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.close()
+
+
+def test_ledger_job_credit_is_idempotent(tmp_path) -> None:
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        assert ledger.credit("job-1", {"p1": (5, 8)}) is True
+        assert ledger.credit("job-1", {"p1": (5, 8)}) is False
+        assert ledger.credit("job-1", {"p1": (7, 9), "p2": (1, 1)}) is False
+        assert ledger.totals() == {"p1": LedgerEntry("p1", 5, 8, 1)}
+
+
+def test_ledger_concurrent_credits(tmp_path) -> None:
+    ledger = Ledger(tmp_path / "l.sqlite")
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            for j in range(25):
+                ledger.credit(f"t{t}-j{j}", {"shared": (1, 2), f"own{t}": (j % 3, 3)})
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    totals = ledger.totals()
+    assert totals["shared"] == LedgerEntry("shared", 100, 200, 100)
+    for t in range(4):
+        assert totals[f"own{t}"] == LedgerEntry(f"own{t}", sum(j % 3 for j in range(25)), 75, 25)
+    ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("job_id", "credits"),
+    [
+        ("j", {"p": (5, 4)}),
+        ("j", {"p": (-1, 4)}),
+        ("j", {"p": (1, -4)}),
+        ("j", {"p": (True, 4)}),
+        ("j", {"p": (1.0, 4)}),
+        ("j", {"p": (1, 2, 3)}),
+        ("j", {"": (1, 2)}),
+        ("j", {"x" * 129: (1, 2)}),
+        ("", {"p": (1, 2)}),
+        ("j", {"ok": (1, 2), "bad": (3, 2)}),
+    ],
+)
+def test_ledger_validation_is_all_or_nothing(tmp_path, job_id, credits) -> None:
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        with pytest.raises(MarketError):
+            ledger.credit(job_id, credits)
+        assert ledger.totals() == {} and not ledger.has_job("j")
+        assert ledger.credit("j", {"ok": (1, 2)}) is True  # the refused job id was not burnt
+
+
+def test_ledger_closed_and_bad_get(tmp_path) -> None:
+    ledger = Ledger(tmp_path / "l.sqlite")
+    with pytest.raises(MarketError):
+        ledger.get("")
+    ledger.close()
+    ledger.close()  # idempotent
+    with pytest.raises(MarketError, match="closed"):
+        ledger.totals()
+    with pytest.raises(MarketError, match="closed"):
+        ledger.credit("j", {"p": (1, 1)})
