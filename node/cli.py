@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from node.cli_market import add_market_commands
 from node.config import resolve
 from node.generate import DEFAULT_GAMMA, DRAFTERS, GenerateConfig, generate
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_theory(sub)
     _add_demo(sub)
     _add_bench(sub)
+    add_market_commands(sub)
     return parser
 
 

@@ -96,6 +96,7 @@ class DrafterNode:
         self.rng = random.Random(cfg.seed)
         self.sessions = 0
         self.host: IHost | None = None
+        self.model.fork().extend([self.tokenizer.eos_token_id])  # warm up: the first forward pass is slow
 
     def _new_session(self, msg: Open) -> DraftSession:
         params = SamplingParams(msg.temperature, msg.top_k, msg.top_p)  # raises InvalidParams

@@ -48,7 +48,6 @@ class MarketDrafting:
     def on_registration(self, reg: Registration) -> None:
         """Discovery callback: remember the drafter and where to dial it."""
         if self.registry.upsert(reg.peer_id, reg.addrs):
-            log.info("discovered drafter %s at %s", reg.peer_id, ", ".join(reg.addrs) or "(no address)")
             addrs = []
             for a in reg.addrs:
                 try:

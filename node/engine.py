@@ -29,7 +29,8 @@ from verifier.params import SamplingParams
 log = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 32_768
-MAX_SEED = (1 << 63) - 1  # JSON/JS clients lose precision above 2^53, but the server takes any 63-bit seed
+MAX_SEED = (1 << 63) - 1  # the largest seed a client may send
+DRAWN_SEED_BOUND = 1 << 53  # seeds the server draws stay exact in JSON/JavaScript numbers, so they can be replayed
 REPLACEMENT_CHAR = "\ufffd"  # what a partial UTF-8 sequence decodes to; held back until completed
 
 
@@ -140,6 +141,19 @@ async def _no_drafting(job_id: str, params: SamplingParams, seed: int, gamma: in
     yield None
 
 
+def _sole(group: BaseExceptionGroup) -> BaseException:
+    """The single leaf exception of a nursery's group (or the group itself when there are several)."""
+    leaves = []
+    stack: list[BaseException] = [group]
+    while stack:
+        exc = stack.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            stack.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group
+
+
 class Engine:
     """Serves completions from one target model; thread-safe across concurrent jobs."""
 
@@ -169,12 +183,15 @@ class Engine:
         """Run one job. ``on_chunk(tokens, text)`` is awaited in order for every verified chunk."""
         prompt = encode_prompt(self.pair.tokenizer, req.prompt)
         check_fits(self.pair, len(prompt), req.max_tokens)
-        seed = req.seed if req.seed is not None else secrets.randbelow(MAX_SEED + 1)
+        seed = req.seed if req.seed is not None else secrets.randbelow(DRAWN_SEED_BOUND)
         job_id = secrets.token_hex(8)
         self.counters.requests += 1
         self.counters.active_jobs += 1
         try:
             return await self._run_job(job_id, prompt, req, seed, on_chunk)
+        except BaseExceptionGroup as group:  # trio's nurseries wrap; callers want the one real error
+            self.counters.requests_failed += 1
+            raise _sole(group) from None
         except BaseException:
             self.counters.requests_failed += 1
             raise

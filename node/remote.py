@@ -147,11 +147,13 @@ class MarketProposer:
                 self._miss(session)
             else:
                 session.misses = 0
+                draft, latency = session.pending  # judge every draft at this round's γ (the last may be shorter)
+                session.pending = (Draft(draft.job, draft.start, draft.tokens[:gamma]), latency)
         for peer in ranked:
             session = by_peer[peer]
             if session.alive and session.pending is not None and session.pending[0].tokens:
                 self.round.chosen = peer
-                return Proposal(session.pending[0].tokens[:gamma])  # the final round may need fewer
+                return Proposal(session.pending[0].tokens)
         self.round.chosen = None
         return EMPTY
 

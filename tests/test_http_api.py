@@ -1,0 +1,463 @@
+"""The OpenAI-compatible HTTP API, end to end: real model, real Engine, real hypercorn, real clients.
+
+The server's trio loop runs in a background thread (the official ``openai`` sync client blocks), and
+every answer is compared token for token with the local reference decoder (``node.generate``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+import pytest
+import trio
+
+from node.client_http import ClientError, TargetHTTPError, TargetUnreachable, stream_completion
+from node.engine import Engine
+from node.generate import GenerateConfig, generate
+from node.http_api import build_app, serve_http
+from verifier.params import SamplingParams
+
+MODEL = "specmarket-target"
+PROMPT = "The quick brown fox"
+ODD_PEER = '12D3KooWodd"peer\\x\ny'  # a label value that needs every Prometheus escape
+STATUS = {
+    "peer_id": "12D3KooWTarget",
+    "multiaddrs": ["/ip4/127.0.0.1/tcp/4001"],
+    "drafters": {
+        "12D3KooWDrafterA": {"proposed": 10, "matched": 8, "accepted": 6, "timeouts": 1, "latency_ms": 12.5},
+        ODD_PEER: {"proposed": 3, "matched": 0, "accepted": 0, "timeouts": 0, "latency_ms": None},
+    },
+}
+
+
+@dataclass(frozen=True)
+class Servers:
+    url: str  # build_app(engine, status=lambda: STATUS)
+    bare_url: str  # build_app(engine): no status callable
+    engine: Engine
+
+
+@pytest.fixture(scope="module")
+def servers(pair) -> Iterator[Servers]:
+    engine = Engine(pair, model_name=MODEL, gamma=4)
+    apps = {"main": build_app(engine, lambda: STATUS), "bare": build_app(engine)}
+    urls: dict[str, str] = {}
+    box: dict[str, Any] = {}
+    ready = threading.Event()
+
+    async def main() -> None:
+        box["token"] = trio.lowlevel.current_trio_token()
+        box["stop"] = stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            for name, app in apps.items():
+                urls[name] = await nursery.start(partial(serve_http, app, "127.0.0.1", 0, shutdown_trigger=stop.wait))
+            ready.set()
+
+    def run() -> None:
+        try:
+            trio.run(main)
+        except BaseException as exc:
+            box["error"] = exc
+            ready.set()
+
+    thread = threading.Thread(target=run, name="http-api-test-server", daemon=True)
+    thread.start()
+    assert ready.wait(30), "the HTTP server did not start"
+    if "error" in box:
+        raise box["error"]
+    yield Servers(urls["main"], urls["bare"], engine)
+    trio.from_thread.run_sync(box["stop"].set, trio_token=box["token"])
+    thread.join(15)
+    assert not thread.is_alive(), "the HTTP server did not shut down"
+    assert "error" not in box, box.get("error")
+
+
+@pytest.fixture(scope="module")
+def reference(pair) -> Callable[..., dict]:
+    cache: dict[tuple, dict] = {}
+
+    def ref(prompt: str = PROMPT, seed: int = 7, n: int = 12, temperature: float = 1.0, top_p: float = 1.0) -> dict:
+        key = (prompt, seed, n, temperature, top_p)
+        if key not in cache:
+            params = SamplingParams(temperature=temperature, top_p=top_p)
+            cache[key] = generate(
+                GenerateConfig(prompt, seed=seed, max_new_tokens=n, params=params, drafter="none"), pair
+            )
+        return cache[key]
+
+    return ref
+
+
+def request(url: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    """A raw HTTP request: (status, lower-cased headers, body bytes)."""
+    conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=30)
+    try:
+        # a server may answer (413) before it has read all of a large body
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.request(method, path, body=body, headers=headers or {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def post_json(url: str, body: Any) -> tuple[int, dict]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, _, data = request(url, "POST", "/v1/completions", raw)
+    return status, json.loads(data)
+
+
+def sync_client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=30)
+
+
+def check_full_answer(text: str, ext: dict, ref: dict, pair) -> None:
+    assert ext["tokens"] == ref["tokens"]
+    assert ext["prompt_tokens"] == ref["prompt_tokens"]
+    assert ext["seed"] == ref["seed"]
+    assert text == ref["text"] == pair.tokenizer.decode(ref["tokens"])
+    assert ext["stats"]["target_passes"] == len(ref["tokens"])  # plain decoding: one pass per token
+    assert ext["credits"] == {}
+
+
+def split_stream(chunks: list[dict]) -> tuple[str, list[int], dict]:
+    """(concatenated text, concatenated chunk token ids, the final chunk) of a streamed completion."""
+    *body, final = chunks
+    assert all(c["choices"][0]["finish_reason"] is None for c in body)
+    assert final["choices"][0]["finish_reason"] == "length"
+    text = "".join(c["choices"][0]["text"] for c in chunks)
+    tokens = [t for c in body for t in c["specmarket"]["tokens"]]
+    assert len({c["id"] for c in chunks}) == 1
+    return text, tokens, final
+
+
+# --- the official openai client ---------------------------------------------------------------
+
+
+def test_openai_sync_create(servers, reference, pair):
+    resp = sync_client(servers.url).completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, seed=7, temperature=1.0
+    )
+    ext = resp.model_extra["specmarket"]
+    check_full_answer(resp.choices[0].text, ext, reference(), pair)
+    assert resp.id == "cmpl-" + ext["job"]
+    assert resp.model == MODEL
+    assert resp.choices[0].finish_reason == "length"
+    assert (resp.usage.prompt_tokens, resp.usage.completion_tokens) == (len(ext["prompt_tokens"]), 12)
+
+
+def test_openai_sync_stream(servers, reference, pair):
+    stream = sync_client(servers.url).completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, seed=7, temperature=1.0, stream=True
+    )
+    text, tokens, final = split_stream([chunk.to_dict() for chunk in stream])
+    ref = reference()
+    assert tokens == ref["tokens"]
+    check_full_answer(text, final["specmarket"], ref, pair)
+
+
+@pytest.mark.asyncio
+async def test_openai_async_create(servers, reference, pair):
+    client = openai.AsyncOpenAI(base_url=servers.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    async with client:
+        resp = await client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, seed=7, temperature=1.0)
+    check_full_answer(resp.choices[0].text, resp.to_dict()["specmarket"], reference(), pair)
+
+
+@pytest.mark.asyncio
+async def test_openai_async_stream(servers, reference, pair):
+    client = openai.AsyncOpenAI(base_url=servers.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    async with client:
+        stream = await client.completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=12, seed=7, temperature=1.0, stream=True
+        )
+        chunks = [chunk.to_dict() async for chunk in stream]
+    text, tokens, final = split_stream(chunks)
+    assert tokens == reference()["tokens"]
+    check_full_answer(text, final["specmarket"], reference(), pair)
+
+
+@pytest.mark.asyncio
+async def test_concurrent_async_requests(servers, reference, pair):
+    cases = [("Once upon a time", 1, 10), ("def main():", 2, 8), (PROMPT, 3, 12)]
+    refs = [reference(p, s, n) for p, s, n in cases]
+    client = openai.AsyncOpenAI(base_url=servers.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    async with client:
+        calls = [client.completions.create(model=MODEL, prompt=p, max_tokens=n, seed=s) for p, s, n in cases]
+        answers = await asyncio.gather(*calls)
+    for resp, ref in zip(answers, refs, strict=True):
+        check_full_answer(resp.choices[0].text, resp.model_extra["specmarket"], ref, pair)
+
+
+def test_concurrent_threads_mixed_streaming(servers, reference, pair):
+    cases = [("Hello world", 11, 9, False), ("import numpy as np", 12, 9, True), ("In 1492,", 13, 9, True)]
+    refs = [reference(p, s, n) for p, s, n, _ in cases]
+
+    def ask(case: tuple) -> tuple[str, dict]:
+        prompt, seed, n, stream = case
+        client = sync_client(servers.url)
+        if stream:
+            chunks = [
+                c.to_dict()
+                for c in client.completions.create(model=MODEL, prompt=prompt, max_tokens=n, seed=seed, stream=True)
+            ]
+            text, _, final = split_stream(chunks)
+            return text, final["specmarket"]
+        resp = client.completions.create(model=MODEL, prompt=prompt, max_tokens=n, seed=seed)
+        return resp.choices[0].text, resp.model_extra["specmarket"]
+
+    with ThreadPoolExecutor(len(cases)) as pool:
+        answers = list(pool.map(ask, cases))
+    for (text, ext), ref in zip(answers, refs, strict=True):
+        check_full_answer(text, ext, ref, pair)
+    assert len({ext["job"] for _, ext in answers}) == len(cases)
+
+
+def test_sampling_params_are_honoured(servers, reference, pair):
+    status, body = post_json(
+        servers.url, {"prompt": PROMPT, "max_tokens": 6, "seed": 5, "temperature": 0.7, "top_p": 0.9}
+    )
+    assert status == 200
+    check_full_answer(body["choices"][0]["text"], body["specmarket"], reference(PROMPT, 5, 6, 0.7, 0.9), pair)
+
+
+def test_server_draws_and_reports_a_seed_when_none_is_given(servers, reference, pair):
+    status, body = post_json(servers.url, {"prompt": PROMPT, "max_tokens": 4})
+    assert status == 200
+    seed = body["specmarket"]["seed"]
+    assert isinstance(seed, int) and seed >= 0
+    assert body["specmarket"]["tokens"] == reference(PROMPT, seed, 4)["tokens"]
+
+
+# --- models, health, metrics --------------------------------------------------------------------
+
+
+def test_models(servers):
+    models = sync_client(servers.url).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    status, _, raw = request(servers.url, "GET", "/v1/models")
+    body = json.loads(raw)
+    assert status == 200 and body["object"] == "list"
+    assert body["data"][0] | {"created": 0} == {"id": MODEL, "object": "model", "created": 0, "owned_by": "specmarket"}
+
+
+def test_health(servers):
+    status, headers, raw = request(servers.url, "GET", "/health")
+    body = json.loads(raw)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert body["status"] == "ok" and body["model"] == MODEL and body["active_jobs"] == 0
+    assert body["peer_id"] == STATUS["peer_id"] and body["drafters"][ODD_PEER]["latency_ms"] is None
+    status, _, raw = request(servers.bare_url, "GET", "/health")
+    assert status == 200 and json.loads(raw) == {"status": "ok", "model": MODEL, "active_jobs": 0}
+
+
+def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, str]]:
+    samples: dict[str, float] = {}
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            types[name] = kind
+        elif line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            samples[key] = float(value)
+    for key in samples:
+        assert key.partition("{")[0] in types, f"{key} has no # TYPE line"
+    return samples, types
+
+
+def metrics(url: str) -> tuple[dict[str, float], dict[str, str], str]:
+    status, headers, raw = request(url, "GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+    return *parse_metrics(raw.decode()), raw.decode()
+
+
+def test_metrics_counters_increase(servers):
+    before, types, _ = metrics(servers.bare_url)
+    assert types["specmarket_requests_total"] == "counter" and types["specmarket_active_jobs"] == "gauge"
+    assert post_json(servers.url, {"prompt": PROMPT, "max_tokens": 5, "seed": 1})[0] == 200
+    after, _, _ = metrics(servers.bare_url)
+    delta = {k: after[k] - before[k] for k in before}
+    assert delta["specmarket_requests_total"] == 1
+    assert delta["specmarket_tokens_generated_total"] == 5
+    assert delta["specmarket_target_passes_total"] == 5
+    assert delta["specmarket_target_positions_total"] > 5  # the prompt's prefill counts too
+    assert delta["specmarket_draft_tokens_proposed_total"] == 0
+    assert after["specmarket_active_jobs"] == 0
+    assert after["specmarket_drafters_known"] == 0
+    assert not any(k.startswith("specmarket_drafter_") for k in after)
+
+
+def test_metrics_per_drafter_series(servers):
+    samples, types, text = metrics(servers.url)
+    assert samples["specmarket_drafters_known"] == 2
+    assert samples['specmarket_drafter_proposed_total{peer="12D3KooWDrafterA"}'] == 10
+    assert samples['specmarket_drafter_accepted_total{peer="12D3KooWDrafterA"}'] == 6
+    assert samples['specmarket_drafter_latency_ms{peer="12D3KooWDrafterA"}'] == 12.5
+    assert types["specmarket_drafter_timeouts_total"] == "counter"
+    assert types["specmarket_drafter_latency_ms"] == "gauge"
+    assert 'specmarket_drafter_proposed_total{peer="12D3KooWodd\\"peer\\\\x\\ny"} 3\n' in text
+    assert sum("latency_ms{" in k for k in samples) == 1  # a None latency is no sample
+
+
+# --- bad requests -------------------------------------------------------------------------------
+
+OK = {"prompt": PROMPT, "max_tokens": 2}
+BAD_REQUESTS = [
+    ({"max_tokens": 2}, 400, "prompt"),
+    ({"prompt": 5}, 400, "prompt"),
+    ({"prompt": [1, 2, 3]}, 400, "prompt"),
+    ({"prompt": ["a", "b"]}, 400, "prompt"),
+    ({"prompt": ""}, 400, "prompt"),
+    ({**OK, "max_tokens": 0}, 400, "max_tokens"),
+    ({**OK, "max_tokens": "5"}, 400, "max_tokens"),
+    ({**OK, "max_tokens": True}, 400, "max_tokens"),
+    ({**OK, "max_tokens": 5.0}, 400, "max_tokens"),
+    ({**OK, "temperature": -1}, 400, "temperature"),
+    ({**OK, "temperature": "hot"}, 400, "temperature"),
+    ({**OK, "top_p": 0}, 400, "top_p"),
+    ({**OK, "top_p": 1.5}, 400, "top_p"),
+    ({**OK, "top_k": -3}, 400, "top_k"),
+    ({**OK, "seed": -1}, 400, "seed"),
+    ({**OK, "seed": True}, 400, "seed"),
+    ({**OK, "seed": 1 << 70}, 400, "seed"),
+    ({**OK, "stream": "yes"}, 400, "stream"),
+    ({**OK, "n": 2}, 400, "n"),
+    ({**OK, "best_of": 3}, 400, "best_of"),
+    ({**OK, "logprobs": 2}, 400, "logprobs"),
+    ({**OK, "echo": True}, 400, "echo"),
+    ({**OK, "stop": ["\n"]}, 400, "stop"),
+    ({**OK, "suffix": "end"}, 400, "suffix"),
+    ({**OK, "model": "gpt-4"}, 404, "model"),
+    ({**OK, "model": 7}, 400, "model"),
+    ({**OK, "max_tokens": 600}, 400, "context window"),
+    ({**OK, "max_tokens": 600, "stream": True}, 400, "context window"),
+    (b'{"prompt": "hi", "temperature": NaN}', 400, "NaN"),
+    (b'{"prompt": "hi", "top_p": Infinity}', 400, "Infinity"),
+    (b'{"prompt": "hi", "temperature": 1e999}', 400, "temperature"),
+    (b'{"prompt": "hi", "max_tokens": ', 400, "JSON"),
+    (b'{"prompt": "\\ud800 lone surrogate"}', 400, "prompt"),
+    (b'[{"prompt": "hi"}]', 400, "object"),
+    (b'"hi"', 400, "object"),
+    (b"\xff\xfe", 400, "JSON"),
+    (b"", 400, "JSON"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "named"), BAD_REQUESTS, ids=[str(b)[:60] for b, _, _ in BAD_REQUESTS])
+def test_bad_request(servers, body, status, named):
+    got, answer = post_json(servers.url, body)
+    assert got == status, answer
+    error = answer["error"]
+    assert named in error["message"]
+    assert error["type"] == "invalid_request_error"
+    assert set(error) == {"message", "type", "param", "code"}
+    if isinstance(body, dict) and named in body:
+        assert error["param"] == named
+    if status == 404:
+        assert error["code"] == "model_not_found"
+
+
+def test_unknown_fields_and_content_type_are_tolerated(servers):
+    body = json.dumps({**OK, "user": "me", "stream_options": None, "x_custom": [1], "n": 1, "echo": False})
+    status, _, raw = request(servers.url, "POST", "/v1/completions", body.encode(), {"Content-Type": "text/plain"})
+    assert status == 200 and len(json.loads(raw)["specmarket"]["tokens"]) == 2
+
+
+def test_prompt_as_single_item_list(servers, reference):
+    status, body = post_json(servers.url, {"prompt": [PROMPT], "max_tokens": 3, "seed": 7})
+    assert status == 200 and body["specmarket"]["tokens"] == reference(PROMPT, 7, 3)["tokens"]
+
+
+def test_body_over_one_mib_is_413(servers):
+    body = json.dumps({"prompt": "x" * (2 << 20)}).encode()
+    status, answer = post_json(servers.url, body)
+    assert status == 413 and "exceeds" in answer["error"]["message"]
+    assert post_json(servers.url, OK)[0] == 200  # the server is still fine
+
+
+def test_wrong_method_and_unknown_path(servers):
+    status, headers, raw = request(servers.url, "GET", "/v1/completions")
+    assert status == 405 and headers["allow"] == "POST" and "POST" in json.loads(raw)["error"]["message"]
+    status, headers, _ = request(servers.url, "DELETE", "/health")
+    assert status == 405 and headers["allow"] == "GET"
+    status, _, raw = request(servers.url, "GET", "/v1/chat/completions")
+    assert status == 404 and json.loads(raw)["error"]["code"] == "not_found"
+
+
+def test_openai_client_sees_the_error(servers):
+    with pytest.raises(openai.BadRequestError, match="max_tokens"):
+        sync_client(servers.url).completions.create(model=MODEL, prompt=PROMPT, max_tokens=0)
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        sync_client(servers.url).completions.create(model="nope", prompt=PROMPT, max_tokens=2)
+
+
+def test_client_disconnect_cancels_the_job(servers):
+    counters = servers.engine.counters
+    before = counters.snapshot()
+    conn = http.client.HTTPConnection(urlsplit(servers.url).netloc, timeout=30)
+    body = json.dumps({"prompt": "Hello", "max_tokens": 500, "seed": 3, "stream": True})
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.fp.readline()  # the first chunk arrived: the job is running
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    deadline = time.monotonic() + 20
+    while counters.snapshot()["active_jobs"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    after = counters.snapshot()
+    assert after["active_jobs"] == 0
+    assert after["requests_failed"] == before["requests_failed"] + 1  # cancelled, not run to 500 tokens
+    assert after["tokens_generated"] == before["tokens_generated"]
+
+
+# --- node.client_http ----------------------------------------------------------------------------
+
+
+def test_client_http_stream_completion(servers, reference, pair):
+    deltas: list[str] = []
+    result = stream_completion(
+        servers.url, PROMPT, max_tokens=12, seed=7, temperature=1.0, top_p=1.0, on_text=deltas.append
+    )
+    check_full_answer(result["text"], result, reference(), pair)
+    assert "".join(deltas) == result["text"] and len(deltas) > 1
+    assert result["finish_reason"] == "length"
+
+
+def test_client_http_reports_server_errors(servers):
+    with pytest.raises(TargetHTTPError, match="HTTP 400: 'max_tokens' must be a positive integer") as info:
+        stream_completion(servers.url, PROMPT, max_tokens=0, seed=1, temperature=1.0, top_p=1.0, on_text=print)
+    assert info.value.status == 400
+    with pytest.raises(TargetHTTPError, match="HTTP 404"):
+        stream_completion(
+            servers.url + "/nope", PROMPT, max_tokens=2, seed=1, temperature=1.0, top_p=1.0, on_text=print
+        )
+
+
+def test_client_http_connection_refused():
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(TargetUnreachable, match=f"cannot reach the target at http://127.0.0.1:{port}.*refused"):
+        stream_completion(
+            f"http://127.0.0.1:{port}", PROMPT, max_tokens=2, seed=1, temperature=1.0, top_p=1.0, on_text=print
+        )
+
+
+def test_client_http_rejects_non_http_urls():
+    with pytest.raises(ClientError, match="http://"):
+        stream_completion("file:///etc/passwd", PROMPT, max_tokens=2, seed=1, temperature=1.0, top_p=1.0, on_text=print)
