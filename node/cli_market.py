@@ -19,6 +19,8 @@ from node.strategies import DEFAULT_SLOW_MS, STRATEGIES
 
 log = logging.getLogger("specmarket")
 
+GRACE_S = 5.0  # time a drafter gets to withdraw its registration after Ctrl-C
+
 TARGET_DEFAULTS = {
     "listen": "/ip4/127.0.0.1/tcp/0",
     "http": "127.0.0.1:8000",
@@ -53,14 +55,24 @@ def _node_logging(verbose: bool) -> None:
     logging.getLogger("libp2p.discovery.rendezvous.service").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
 
 
-async def _serve_until_signalled(run, announce) -> None:
-    """Run ``run`` until SIGINT/SIGTERM; ``announce(info)`` prints where it serves."""
+async def _serve_until_signalled(run, announce, request_stop=None) -> None:
+    """Run ``run`` until SIGINT/SIGTERM; ``announce(info)`` prints where it serves. On a signal,
+    ``request_stop()`` (if given) gets GRACE_S to wind down before everything is cancelled."""
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            info = await nursery.start(run)
-            announce(info)
+            done = trio.Event()
+
+            async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                await run(task_status=task_status)
+                done.set()
+
+            announce(await nursery.start(serve))
             async for signum in signals:
                 log.info("received %s; shutting down", signal.Signals(signum).name)
+                if request_stop is not None:
+                    request_stop()
+                    with trio.move_on_after(GRACE_S):
+                        await done.wait()
                 nursery.cancel_scope.cancel()
                 break
 
@@ -163,7 +175,7 @@ def _cmd_drafter(args: argparse.Namespace) -> int:
             print(f"multiaddr: {addr}", flush=True)
         print(f"registered: {cfg.strategy}", flush=True)
 
-    trio.run(_serve_until_signalled, node.run, announce)
+    trio.run(_serve_until_signalled, node.run, announce, node.request_stop)
     return 0
 
 

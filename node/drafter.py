@@ -21,7 +21,7 @@ from libp2p.utils.varint import encode_uvarint
 
 from node.models import DEFAULT_DRAFT, HFCausalLM, load_model_dir, tokenizer_fingerprint
 from node.strategies import STRATEGIES, Behaviour, garbage_frames, make_behaviour, make_proposer
-from p2p.discovery import announce, drafter_namespace
+from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamFailed
 from p2p.host import DEFAULT_LISTEN, parse_peer_addr, peer_addrs, running_host
 from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, Draft, InvalidMessage, Open
@@ -169,12 +169,22 @@ class DrafterNode:
             self.sessions -= 1
             await fs.close()
 
+    def request_stop(self) -> None:
+        """Graceful shutdown (call from the trio thread): unregister, close, return from run()."""
+        self._stopping.set()
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Start the host, register with the bootstrap target, serve until cancelled."""
+        """Start the host, register with the bootstrap target, serve until ``request_stop()``
+        (then withdraw the registration and return) or until cancelled."""
+        self._stopping = trio.Event()
         bootstrap = parse_peer_addr(self.cfg.bootstrap)
         async with running_host(self.cfg.data_dir, self.cfg.listen) as host, trio.open_nursery() as nursery:
             self.host = host
             host.set_stream_handler(DRAFT_PROTOCOL_ID, self.handle_stream)
-            await nursery.start(announce, host, bootstrap, drafter_namespace(self.fingerprint))
+            namespace = drafter_namespace(self.fingerprint)
+            await nursery.start(announce, host, bootstrap, namespace)
             log.info("drafter %s (%s) ready", host.get_id(), self.cfg.strategy)
             task_status.started(peer_addrs(host))
+            await self._stopping.wait()
+            await withdraw(host, bootstrap, namespace)  # while the host still runs, so it gets out
+            nursery.cancel_scope.cancel()

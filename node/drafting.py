@@ -44,6 +44,16 @@ class MarketDrafting:
         self.host, self.registry, self.policy, self.ledger = host, registry, policy, ledger
         self.cfg = cfg
         self.vocab_size = vocab_size
+        self.in_jobs: dict[str, int] = {}  # peer -> jobs it is drafting for now
+        self.gone: set[str] = set()  # withdrawn while in a job: forget when the job ends
+
+    def on_gone(self, peer_id: str) -> None:
+        """Discovery callback: the drafter's registration was withdrawn or expired."""
+        if self.in_jobs.get(peer_id):
+            self.gone.add(peer_id)
+        elif peer_id in self.registry:
+            log.info("drafter %s left the market", peer_id)
+            self.registry.forget(peer_id)
 
     def on_registration(self, reg: Registration) -> None:
         """Discovery callback: remember the drafter and where to dial it."""
@@ -84,6 +94,7 @@ class MarketDrafting:
             return
         for s in sessions:
             self.registry.record_job(s.peer_id)
+            self.in_jobs[s.peer_id] = self.in_jobs.get(s.peer_id, 0) + 1
         proposer = MarketProposer(
             sessions,
             job=job_id,
@@ -110,6 +121,12 @@ class MarketDrafting:
     async def _close(self, job_id: str, sessions: list[RemoteSession]) -> None:
         for s in sessions:
             s.kill("job finished")
+            self.in_jobs[s.peer_id] -= 1
+            if not self.in_jobs[s.peer_id]:
+                del self.in_jobs[s.peer_id]
+                if s.peer_id in self.gone:
+                    self.gone.discard(s.peer_id)
+                    self.on_gone(s.peer_id)
         with trio.move_on_after(CLOSE_TIMEOUT_S):
             async with trio.open_nursery() as nursery:
                 for s in sessions:

@@ -74,9 +74,9 @@ class TargetNode:
 
     def status(self) -> dict:
         """JSON-ready node state for /health and /metrics."""
-        drafters = self.registry.snapshot()
-        for peer, entry in self.ledger.totals().items():
-            drafters.setdefault(peer, {})["credited_tokens"] = entry.accepted
+        drafters = self.registry.snapshot()  # drafters in the market now
+        for peer, row in drafters.items():
+            row["credited_tokens"] = self.ledger.get(peer).accepted  # lifetime, from the ledger
         return {
             "peer_id": self.addrs[0].rsplit("/", 1)[-1] if self.addrs else None,
             "multiaddrs": self.addrs,
@@ -132,7 +132,7 @@ class TargetNode:
                 self.pair, model_name=MODEL_NAME, gamma=cfg.gamma, drafting=drafting if cfg.max_drafters else None
             )
             host.set_stream_handler(GENERATE_PROTOCOL_ID, self.handle_generate)
-            nursery.start_soon(point.watch, drafting.on_registration)
+            nursery.start_soon(point.watch, drafting.on_registration, drafting.on_gone)
             url = await nursery.start(serve_http, build_app(self.engine, self.status), http_host, http_port)
             log.info("target %s serving on %s and %s", host.get_id(), ", ".join(self.addrs), url)
             task_status.started({"multiaddrs": self.addrs, "http": url})

@@ -28,6 +28,7 @@ CONNECT_TIMEOUT_S = 5.0
 RETRY_BASE_S = 0.5
 RETRY_MAX_S = 30.0
 WATCH_INTERVAL_S = 0.2
+UNREGISTER_TIMEOUT_S = 2.0
 
 
 def drafter_namespace(fingerprint: str) -> str:
@@ -69,6 +70,27 @@ async def announce(host: IHost, bootstrap: PeerInfo, namespace: str, *, task_sta
         await trio.sleep(REFRESH_EVERY_S)
 
 
+async def withdraw(host: IHost, bootstrap: PeerInfo, namespace: str) -> None:
+    """Best-effort unregistration on shutdown, so the target forgets us at once (not after the TTL).
+
+    Unregister has no response in the protocol, so we confirm with a discover round trip that our
+    registration is gone before returning (and before the caller closes the connection).
+    """
+    client = RendezvousClient(host, bootstrap.peer_id)
+    with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True) as scope:
+        try:
+            await client.unregister(namespace)
+            while host.get_id() in [p.peer_id for p in (await client.discover(namespace))[0]]:
+                await trio.sleep(0.05)
+            log.info("unregistered from %s", bootstrap.peer_id)
+        except (RendezvousError, BaseLibp2pError, OSError) as exc:
+            log.info("could not unregister from %s: %s", bootstrap.peer_id, exc)
+    if scope.cancelled_caught:
+        log.info(
+            "unregistering from %s timed out; the registration expires in %d s", bootstrap.peer_id, REGISTRATION_TTL_S
+        )
+
+
 def _addr_text(raw: bytes) -> str | None:
     try:
         return str(multiaddr.Multiaddr(raw))
@@ -94,9 +116,16 @@ class RendezvousPoint:
             found.append(Registration(str(peer_id), addrs))
         return found
 
-    async def watch(self, on_registration: Callable[[Registration], None]) -> None:
-        """Report every live registration every WATCH_INTERVAL_S, forever."""
+    async def watch(self, on_registration: Callable[[Registration], None], on_gone: Callable[[str], None]) -> None:
+        """Every WATCH_INTERVAL_S, report each live registration, and each peer whose registration
+        expired or was withdrawn since the last look; forever."""
+        known: set[str] = set()
         while True:
-            for registration in self.registrations():
+            live = self.registrations()
+            for registration in live:
                 on_registration(registration)
+            current = {r.peer_id for r in live}
+            for peer_id in sorted(known - current):
+                on_gone(peer_id)
+            known = current
             await trio.sleep(WATCH_INTERVAL_S)

@@ -1,0 +1,273 @@
+"""Hostile peers against a real target process: each hostile drafter strategy alone and mixed with an
+honest drafter, hypothesis-generated malformed/truncated/oversized frames against both nodes, and a
+plaintext-only peer. The drafters run in this process (real libp2p hosts on loopback, in a trio
+loop on a background thread); the target is a separate `specmarket target` process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import msgpack
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.exceptions import BaseLibp2pError
+from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
+from libp2p.utils.varint import encode_uvarint
+
+from node.drafter import DrafterConfig, DrafterNode
+from node.generate import GenerateConfig, generate
+from p2p.framing import FrameStream
+from p2p.host import make_host, parse_listen, parse_peer_addr
+from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, MAX_FRAME_BYTES, TO_TARGET, Draft, Open
+from tests.netutil import complete, http_json, start_target, wait_for_drafters
+from tests.trio_portal import TrioPortal
+
+HOSTILE = ("random", "adversarial", "lying", "slow", "garbage", "flaky")
+PROMPTS = ["def parse(self, text):\n", "import os\n\n", "class Cache:\n    def __init__("]
+CLOSE_WAIT_S = 10.0  # a node must drop a bad stream within this
+
+
+def reference(pair, prompt: str, seed: int, max_tokens: int) -> list[int]:
+    return generate(GenerateConfig(prompt, seed=seed, max_new_tokens=max_tokens, drafter="none"), pair)["tokens"]
+
+
+@pytest.fixture(scope="module")
+def portal():
+    p = TrioPortal()
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    node = start_target(tmp_path_factory.mktemp("hostile"), "--draft-deadline-ms", "300", "--max-drafters", "8")
+    yield node
+    assert node.stop() == 0, node.log()[-3000:]
+
+
+class InProcessDrafter:
+    def __init__(self, portal: TrioPortal, tmp, bootstrap: str, strategy: str) -> None:
+        cfg = DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=tmp / strategy, slow_ms=1500)
+        self.node = DrafterNode(cfg)
+        self.portal = portal
+        self.addrs, self._stop = portal.start(self.node.run)
+        self.peer_id = self.addrs[0].rsplit("/", 1)[-1]
+
+    def stop(self) -> None:
+        """Graceful, as on Ctrl-C: the drafter withdraws its registration, then stops."""
+        trio.from_thread.run_sync(self.node.request_stop, trio_token=self.portal.token)
+        self._stop(5.0)
+
+
+def wait_until_forgotten(http: str, peer_id: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while peer_id in http_json(f"{http}/health")["drafters"]:
+        assert time.monotonic() < deadline, f"target still lists {peer_id} after it withdrew"
+        time.sleep(0.1)
+
+
+def assert_misbehaviour_seen(strategy: str, stats: dict) -> None:
+    assert stats["jobs"] >= 1, stats
+    if strategy == "slow":
+        assert stats["timeouts"] >= 1, stats
+    elif strategy in ("garbage", "flaky"):
+        assert stats["errors"] >= 1, stats
+    else:  # random, adversarial, lying: well-formed drafts that (almost) never match
+        assert stats["lifetime_proposed"] > 0, stats
+        assert stats["lifetime_matched"] <= 0.2 * stats["lifetime_proposed"], stats
+
+
+@pytest.mark.parametrize("strategy", HOSTILE)
+def test_hostile_drafter_alone_cannot_change_the_output(portal, target, tmp_path, pair, strategy):
+    http = target.lines["http"][0]
+    drafter = InProcessDrafter(portal, tmp_path, target.lines["multiaddr"][0], strategy)
+    try:
+        health = wait_for_drafters(http, 1)
+        assert list(health["drafters"]) == [drafter.peer_id]  # only this drafter is in the market
+        for seed, prompt in enumerate(PROMPTS[:2]):
+            answer = complete(http, prompt, seed=seed, max_tokens=24)
+            assert answer["specmarket"]["tokens"] == reference(pair, prompt, seed, 24)
+        assert_misbehaviour_seen(strategy, http_json(f"{http}/health")["drafters"][drafter.peer_id])
+    finally:
+        drafter.stop()
+    wait_until_forgotten(http, drafter.peer_id)
+
+
+def test_mix_of_honest_and_hostile_drafters(portal, target, tmp_path, pair):
+    http = target.lines["http"][0]
+    bootstrap = target.lines["multiaddr"][0]
+    drafters = [InProcessDrafter(portal, tmp_path, bootstrap, s) for s in ("honest", *HOSTILE)]
+    try:
+        wait_for_drafters(http, len(drafters))
+        for seed, prompt in enumerate(PROMPTS):
+            answer = complete(http, prompt, seed=100 + seed, max_tokens=32)
+            assert answer["specmarket"]["tokens"] == reference(pair, prompt, 100 + seed, 32)
+        stats = http_json(f"{http}/health")["drafters"]
+        assert stats[drafters[0].peer_id].get("credited_tokens", 0) > 0, "the honest drafter earned nothing"
+        for d, strategy in zip(drafters[1:], HOSTILE, strict=True):
+            assert stats[d.peer_id].get("credited_tokens", 0) <= stats[drafters[0].peer_id]["credited_tokens"]
+            assert_misbehaviour_seen(strategy, stats[d.peer_id])
+    finally:
+        for d in drafters:
+            d.stop()
+    for d in drafters:
+        wait_until_forgotten(http, d.peer_id)
+
+
+# -- malformed frames ----------------------------------------------------------------------------
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.floats(allow_nan=True),
+    st.text(max_size=16),
+    st.binary(max_size=16),
+    st.lists(st.integers(min_value=-5, max_value=10_000), max_size=24),
+)
+_OPEN = {"type": "open", "job": "j", "context": [1, 2], "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+_REQUEST = {"type": "request", "prompt": "x", "max_new_tokens": 4, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+
+def _mutated(base: dict) -> st.SearchStrategy[bytes]:
+    """A valid message with one field replaced, removed, or added."""
+    keys = sorted(base)
+    return st.one_of(
+        st.tuples(st.sampled_from(keys), _VALUES).map(lambda kv: {**base, kv[0]: kv[1]}),
+        st.sampled_from(keys).map(lambda k: {key: v for key, v in base.items() if key != k}),
+        st.tuples(st.text(min_size=1, max_size=8), _VALUES).map(lambda kv: {**base, kv[0]: kv[1]}),
+    ).map(lambda body: msgpack.packb(body, use_bin_type=True))
+
+
+def _bodies(base: dict) -> st.SearchStrategy[bytes]:
+    maps = st.dictionaries(st.text(max_size=8), _VALUES, max_size=8).map(lambda d: msgpack.packb(d))
+    return st.one_of(st.binary(max_size=600), maps, _mutated(base))
+
+
+def _frames(base: dict) -> st.SearchStrategy[tuple[str, bytes]]:
+    """(kind, bytes on the wire): whole frames, truncated ones, and oversized length prefixes."""
+    return st.one_of(
+        _bodies(base).map(lambda b: ("whole", encode_uvarint(len(b)) + b)),
+        _bodies(base).map(lambda b: ("truncated", encode_uvarint(len(b) + 7) + b)),
+        st.integers(MAX_FRAME_BYTES + 1, 2**40).map(lambda n: ("oversized", encode_uvarint(n) + b"\x00" * 64)),
+    )
+
+
+async def _attack(host, peer: str, protocol: str, wire: bytes) -> None:
+    """Send ``wire`` on a fresh stream, close our side, and wait for the node to drop the stream."""
+    info = parse_peer_addr(peer)
+    stream = await host.new_stream(info.peer_id, [protocol])
+    await stream.write(wire)
+    await stream.close_write()
+    with trio.fail_after(CLOSE_WAIT_S):
+        try:
+            while await stream.read(65536):
+                pass
+        except BaseLibp2pError:
+            pass  # a reset is a drop too
+
+
+@pytest.fixture(scope="module")
+def attacker(portal):
+    """One Noise host in the portal's loop that sends the hostile frames."""
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        host = make_host(create_new_key_pair())
+        async with host.run(listen_addrs=[parse_listen("/ip4/127.0.0.1/tcp/0")]):
+            task_status.started(host)
+            await trio.sleep_forever()
+
+    host, stop = portal.start(run)
+    yield host
+    stop()
+
+
+def send_all(portal, host, peer: str, protocol: str, wires: list[bytes]) -> None:
+    async def go() -> None:
+        await host.connect(parse_peer_addr(peer))
+        for wire in wires:
+            await _attack(host, peer, protocol, wire)
+
+    portal.run(go)
+
+
+@pytest.fixture(scope="module")
+def lone_drafter(portal, target, tmp_path_factory):
+    """A drafter whose bootstrap is the target; attacked directly on its draft protocol."""
+    drafter = InProcessDrafter(portal, tmp_path_factory.mktemp("fuzzed"), target.lines["multiaddr"][0], "honest")
+    yield drafter
+    drafter.stop()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frames=st.lists(_frames(_OPEN), min_size=1, max_size=3))
+def test_malformed_frames_never_crash_the_drafter(portal, attacker, lone_drafter, frames):
+    send_all(portal, attacker, lone_drafter.addrs[0], DRAFT_PROTOCOL_ID, [wire for _, wire in frames])
+    assert lone_drafter.node.sessions == 0  # every hostile stream was dropped
+
+
+def test_drafter_still_drafts_and_logs_after_malformed_frames(portal, attacker, lone_drafter, caplog):
+    caplog.set_level(logging.INFO, logger="node.drafter")
+    peer = lone_drafter.addrs[0]
+    vocab = lone_drafter.node.model.vocab_size
+
+    async def bad_then_good(host):
+        await host.connect(parse_peer_addr(peer))
+        await _attack(host, peer, DRAFT_PROTOCOL_ID, encode_uvarint(3) + b"\xc1\xc1\xc1")
+        stream = await host.new_stream(parse_peer_addr(peer).peer_id, [DRAFT_PROTOCOL_ID])
+        fs = FrameStream(stream, vocab_size=vocab, allowed=TO_TARGET)
+        await fs.send(Open("job-ok", (0, 5, 9), 1.0, 0, 1.0, 3, 4, 0), 5.0)
+        draft = await fs.receive(30.0)
+        await fs.close()
+        return draft
+
+    draft = portal.run(bad_then_good, attacker)
+    assert isinstance(draft, Draft) and draft.job == "job-ok" and draft.start == 0 and len(draft.tokens) == 4
+    assert any("dropping the stream from" in r.getMessage() and "msgpack" in r.getMessage() for r in caplog.records)
+
+
+@settings(max_examples=100, deadline=None)
+@given(frames=st.lists(_frames(_REQUEST), min_size=1, max_size=3))
+def test_malformed_frames_never_crash_the_target(portal, attacker, target, frames):
+    send_all(portal, attacker, target.lines["multiaddr"][0], GENERATE_PROTOCOL_ID, [wire for _, wire in frames])
+    assert target.proc.poll() is None, target.log()[-3000:]
+
+
+def test_target_logs_the_drop_and_still_serves(portal, attacker, target, pair):
+    body = msgpack.packb({**_REQUEST, "prompt": 7, "seed": None})
+    send_all(portal, attacker, target.lines["multiaddr"][0], GENERATE_PROTOCOL_ID, [encode_uvarint(len(body)) + body])
+    deadline = time.monotonic() + CLOSE_WAIT_S
+    while "'prompt' must be a string" not in target.log():
+        assert time.monotonic() < deadline, target.log()[-2000:]
+        time.sleep(0.1)
+    assert "generate stream from" in target.log()
+    answer = complete(target.lines["http"][0], PROMPTS[0], seed=4, max_tokens=12)
+    assert answer["specmarket"]["tokens"] == reference(pair, PROMPTS[0], 4, 12)
+
+
+def test_plaintext_only_peer_is_refused(portal, target):
+    peer = parse_peer_addr(target.lines["multiaddr"][0])
+
+    async def dial(secure: bool) -> bool:
+        key_pair = create_new_key_pair()
+        host = (
+            make_host(key_pair)
+            if secure
+            else new_host(key_pair=key_pair, sec_opt={PLAINTEXT_PROTOCOL_ID: InsecureTransport(key_pair)})
+        )
+        async with host.run(listen_addrs=[parse_listen("/ip4/127.0.0.1/tcp/0")]):
+            try:
+                with trio.fail_after(10):
+                    await host.connect(peer)
+            except (BaseLibp2pError, OSError, trio.TooSlowError):
+                return False
+            return True
+
+    assert portal.run(dial, False) is False
+    assert portal.run(dial, True) is True  # the same dial with Noise succeeds: the refusal is the security protocol
