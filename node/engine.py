@@ -82,6 +82,9 @@ class JobProposer(Proposer, Protocol):
     def finish(self, context: Sequence[int]) -> dict[str, int]:
         """Settle the last round against the final ``context`` (prompt + output); drafter -> credits."""
 
+    def timing(self) -> dict[str, float | int]:
+        """Drafting overheads (rounds, seconds spent waiting for drafts)."""
+
 
 class DraftingBackend(Protocol):
     def job(
@@ -220,14 +223,17 @@ class Engine:
             finally:
                 send.close()
             credits = proposer.finish([*prompt, *result.tokens]) if proposer is not None else {}
+            timing = proposer.timing() if proposer is not None else {}
         tail = text.flush()
         if tail and on_chunk is not None:
             await on_chunk((), tail)
-        return self._result(job_id, prompt, req, seed, result, credits, time.perf_counter() - started)
+        return self._result(job_id, prompt, req, seed, result, credits, timing, time.perf_counter() - started)
 
-    def _result(self, job_id, prompt, req, seed, result: DecodeResult, credits, wall: float) -> CompletionResult:
+    def _result(
+        self, job_id, prompt, req, seed, result: DecodeResult, credits, timing, wall: float
+    ) -> CompletionResult:
         self.counters.add(result)
-        stats = result.stats.to_dict()
+        stats = {**result.stats.to_dict(), **timing}
         stats["wall_seconds"] = round(wall, 4)
         stats["tokens_per_second"] = round(len(result.tokens) / wall, 2) if wall > 0 else 0.0
         stopped = self.stop_token is not None and result.tokens[-1:] == (self.stop_token,)

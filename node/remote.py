@@ -88,7 +88,9 @@ class MarketProposer:
         self.deadline_s = deadline_s
         self.registry, self.policy = registry, policy
         self.round = RoundState()
-        self.overhead_s = 0.0  # time spent waiting on drafters (round trips, deadlines)
+        self.wait_s = 0.0  # time the decode loop spent in propose(): sending, waiting for drafts
+        self.rounds = 0
+        self.empty_rounds = 0  # rounds with no usable draft (deadline passed, or no drafter left)
 
     # -- called from the worker thread ------------------------------------------------------
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int):
@@ -109,7 +111,9 @@ class MarketProposer:
         ranked = self.policy.rank(self.registry, [s.peer_id for s in self.live()], explore=False)
         await self._wait_for_drafts(ranked)
         proposal = self._choose(ranked, gamma)
-        self.overhead_s += time.perf_counter() - started
+        self.wait_s += time.perf_counter() - started
+        self.rounds += 1
+        self.empty_rounds += not proposal.tokens
         return proposal
 
     async def _send_update(self, session: RemoteSession, context: list[int], k: int) -> None:
@@ -194,6 +198,15 @@ class MarketProposer:
             if session.alive and self.policy.is_benched(self.registry.stats(session.peer_id)):
                 session.kill("benched by the market policy")
                 log.info("job %s: drafter %s benched; not asking it again", self.job, session.peer_id)
+
+    def timing(self) -> dict[str, float | int]:
+        """Drafting overheads of this job, for the response's stats."""
+        return {
+            "draft_rounds": self.rounds,
+            "draft_empty_rounds": self.empty_rounds,
+            "draft_wait_seconds": round(self.wait_s, 4),
+            "draft_wait_ms_per_round": round(1000 * self.wait_s / self.rounds, 3) if self.rounds else 0.0,
+        }
 
     def finish(self, context: Sequence[int]) -> dict[str, int]:
         """Settle the last round against the final output; per-drafter accepted tokens."""

@@ -8,6 +8,7 @@ asked (its counters moved), so the equality is not vacuous.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -38,7 +39,8 @@ def honest_net(tmp_path_factory):
     target = start_target(tmp, *GENEROUS_DEADLINE)
     drafter = start_drafter(tmp, target.lines["multiaddr"][0], "honest", "honest")
     yield target, drafter
-    assert drafter.stop() == 0, drafter.log()[-2000:]
+    assert drafter.stop(sig=signal.SIGINT) == 0, drafter.log()[-2000:]  # Ctrl-C: a clean exit
+    assert "unregistered from" in drafter.log(), drafter.log()[-2000:]
     assert target.stop() == 0, target.log()[-2000:]
 
 
