@@ -249,7 +249,7 @@ def decode(
     if not isinstance(body, dict):
         raise InvalidMessage(f"frame must be a msgpack map, got {type(body).__name__}")
     kind = body.get("type")
-    if kind not in _KINDS or (allowed is not None and kind not in allowed):
+    if not isinstance(kind, str) or kind not in _KINDS or (allowed is not None and kind not in allowed):
         raise InvalidMessage(f"unexpected message type {kind!r}")
     expected = {"type", *_KINDS[kind].__dataclass_fields__}
     if set(body) != expected:

@@ -145,3 +145,35 @@ def test_drafter_killed_mid_job(honest_net, tmp_path, pair):
         assert stats["jobs"] >= 1 and stats["errors"] + stats["timeouts"] >= 1, stats
     finally:
         drafter.kill()
+
+
+def test_openai_client_against_the_target_with_a_drafter(honest_net, pair):
+    import openai
+
+    target, _ = honest_net
+    client = openai.OpenAI(base_url=target.lines["http"][0] + "/v1", api_key="unused", timeout=120)
+    expected = reference(pair, PROMPTS[1], 21, 24)
+    answer = client.completions.create(model="specmarket-target", prompt=PROMPTS[1], max_tokens=24, seed=21)
+    assert answer.model_extra["specmarket"]["tokens"] == expected
+    assert answer.choices[0].text == pair.tokenizer.decode(expected)
+    chunks = list(
+        client.completions.create(model="specmarket-target", prompt=PROMPTS[1], max_tokens=24, seed=21, stream=True)
+    )
+    assert "".join(c.choices[0].text for c in chunks) == answer.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+@pytest.mark.asyncio
+async def test_async_openai_client_against_the_target_with_a_drafter(honest_net, pair):
+    import openai
+
+    target, _ = honest_net
+    client = openai.AsyncOpenAI(base_url=target.lines["http"][0] + "/v1", api_key="unused", timeout=120)
+    expected = reference(pair, PROMPTS[2], 22, 24)
+    answer = await client.completions.create(model="specmarket-target", prompt=PROMPTS[2], max_tokens=24, seed=22)
+    assert answer.model_extra["specmarket"]["tokens"] == expected
+    stream = await client.completions.create(
+        model="specmarket-target", prompt=PROMPTS[2], max_tokens=24, seed=22, stream=True
+    )
+    text = "".join([chunk.choices[0].text async for chunk in stream])
+    assert text == pair.tokenizer.decode(expected)

@@ -84,6 +84,8 @@ def _open(**overrides) -> bytes:
         (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"p": 1.5}), "integer"),
         (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"": 1}), "bad key"),
         (_frame(type="error", message=""), "empty"),
+        (_frame(type=[1], job="j"), "unexpected message type"),  # unhashable type value (found by fuzzing)
+        (_frame(type={"a": 1}), "unexpected message type"),
     ],
 )
 def test_bad_frames_are_rejected_with_a_clear_message(frame, message):
