@@ -38,6 +38,7 @@ DRAFTER_DEFAULTS = {
     "listen": "/ip4/127.0.0.1/tcp/0",
     "slow_ms": DEFAULT_SLOW_MS,
     "seed": 0,
+    "threads": 1,
 }
 
 
@@ -147,11 +148,14 @@ def _add_drafter(sub) -> None:
     p.add_argument("--listen", help=f"libp2p listen multiaddr (default {d['listen']})")
     p.add_argument("--slow-ms", type=int, help=f"delay of the slow strategy (default {d['slow_ms']})")
     p.add_argument("--seed", type=int, help="seed of the random/flaky strategies (default 0)")
+    p.add_argument("--threads", type=int, help="torch threads for drafting (default 1)")
     p.add_argument("--config", type=Path, help="TOML file whose [drafter] table supplies defaults")
     p.set_defaults(func=_cmd_drafter)
 
 
 def _cmd_drafter(args: argparse.Namespace) -> int:
+    import torch
+
     from node.drafter import DrafterConfig, DrafterNode
     from verifier.errors import InvalidParams
 
@@ -168,6 +172,9 @@ def _cmd_drafter(args: argparse.Namespace) -> int:
         slow_ms=int(o["slow_ms"]),
         seed=int(o["seed"]),
     )
+    if not 1 <= int(o["threads"]) <= 256:
+        raise InvalidParams(f"--threads must be in [1, 256], got {o['threads']}")
+    torch.set_num_threads(int(o["threads"]))  # a tiny draft model gains nothing from more; leave cores to others
     node = DrafterNode(cfg)
 
     def announce(addrs: list[str]) -> None:

@@ -32,6 +32,7 @@ LEDGER_FILE = "ledger.sqlite"
 REQUEST_TIMEOUT_S = 10.0  # a client must send its request this soon after opening the stream
 CLIENT_SEND_TIMEOUT_S = 30.0
 MODEL_NAME = "specmarket-target"
+JUDGE_AFTER_TOKENS = 32
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,11 @@ class TargetNode:
         self.pair = pair or load_pair(cfg.target_model, None)
         self.pair.target.fork().extend([self.pair.tokenizer.eos_token_id] * (cfg.gamma + 1))  # warm up
         self.registry = Registry()
-        self.policy = Policy(PolicyConfig(latency_budget_ms=cfg.draft_deadline_ms))
+        # 32 tokens judge a drafter: an honest one (per-token match ~0.5-0.7) matches nothing in 8 rounds
+        # with probability ~0.3^8 < 1e-4, while a useless one costs half the default 64-token trial
+        self.policy = Policy(
+            PolicyConfig(min_tokens_to_judge=JUDGE_AFTER_TOKENS, latency_budget_ms=cfg.draft_deadline_ms)
+        )
         self.ledger = Ledger(Path(cfg.data_dir) / LEDGER_FILE)
         self.engine: Engine | None = None
         self.addrs: list[str] = []

@@ -18,6 +18,7 @@ from libp2p.abc import IHost
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.keystore import FileSystemKeyStore
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.network.config import ConnectionConfig
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 KEYS_SUBDIR = "keys"
 IDENTITY_NAME = "identity"
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
+MAX_CONNECTIONS = 256
 
 
 class InvalidAddress(SpecmarketError):
@@ -49,10 +51,18 @@ def load_identity(data_dir: Path) -> KeyPair:
     return key_pair
 
 
+def connection_config() -> ConnectionConfig:
+    """No auto-dialing: py-libp2p's default keeps dialing every peer in the peerstore until it
+    holds 50-200 connections. A specmarket node dials only on purpose (a job, a registration)."""
+    return ConnectionConfig(
+        min_connections=0, low_watermark=0, high_watermark=MAX_CONNECTIONS - 32, max_connections=MAX_CONNECTIONS
+    )
+
+
 def make_host(key_pair: KeyPair) -> IHost:
     """A TCP host whose only security transport is Noise (XX handshake, X25519 static key)."""
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-    return new_host(key_pair=key_pair, sec_opt={NOISE_PROTOCOL_ID: noise})
+    return new_host(key_pair=key_pair, sec_opt={NOISE_PROTOCOL_ID: noise}, connection_config=connection_config())
 
 
 def parse_listen(text: str) -> multiaddr.Multiaddr:
