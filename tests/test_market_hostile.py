@@ -22,12 +22,12 @@ from libp2p.utils.varint import encode_uvarint
 
 from node.drafter import DrafterConfig, DrafterNode
 from node.generate import GenerateConfig, generate
+from node.trio_thread import TrioThread
 from p2p.framing import FrameStream
 from p2p.host import make_host, parse_listen, parse_peer_addr
 from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, TO_TARGET, Draft, Open
 from tests.hostile_frames import OPEN_BODY, REQUEST_BODY, frames_for
 from tests.netutil import complete, http_json, start_target, wait_for_drafters
-from tests.trio_portal import TrioPortal
 
 HOSTILE = ("random", "adversarial", "lying", "slow", "garbage", "flaky")
 PROMPTS = ["def parse(self, text):\n", "import os\n\n", "class Cache:\n    def __init__("]
@@ -39,13 +39,6 @@ def reference(pair, prompt: str, seed: int, max_tokens: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def portal():
-    p = TrioPortal()
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
 def target(tmp_path_factory):
     node = start_target(tmp_path_factory.mktemp("hostile"), "--draft-deadline-ms", "300", "--max-drafters", "8")
     yield node
@@ -53,7 +46,7 @@ def target(tmp_path_factory):
 
 
 class InProcessDrafter:
-    def __init__(self, portal: TrioPortal, tmp, bootstrap: str, strategy: str) -> None:
+    def __init__(self, portal: TrioThread, tmp, bootstrap: str, strategy: str) -> None:
         cfg = DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=tmp / strategy, slow_ms=1500)
         self.node = DrafterNode(cfg)
         self.portal = portal

@@ -21,19 +21,11 @@ from node.drafting import DraftingConfig, MarketDrafting
 from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
 from p2p.messages import DRAFT_PROTOCOL_ID, MAX_FRAME_BYTES, TO_TARGET, Draft, InvalidMessage, decode
 from tests.hostile_frames import DRAFT_BODY, frames_for
-from tests.trio_portal import TrioPortal
 from verifier.params import SamplingParams
 
 V = 4096
 GAMMA = 4
 CONTEXT = [0, 17, 99]
-
-
-@pytest.fixture(scope="module")
-def portal():
-    p = TrioPortal()
-    yield p
-    p.close()
 
 
 @pytest.fixture(scope="module")

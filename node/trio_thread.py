@@ -1,4 +1,5 @@
-"""A trio event loop in a background thread, so synchronous tests can drive async nodes."""
+"""A trio event loop in a background thread, so synchronous code (benchmarks, tests) can drive
+async nodes: start services in it, call async functions in it, stop them."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import trio
 START_TIMEOUT_S = 60.0
 
 
-class TrioPortal:
+class TrioThread:
     def __init__(self) -> None:
         self._ready = threading.Event()
-        self.thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True, name="trio-portal")
+        self.thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True, name="trio-thread")
         self.thread.start()
         if not self._ready.wait(START_TIMEOUT_S):
-            raise RuntimeError("the trio portal did not start")
+            raise RuntimeError("the trio thread did not start")
 
     async def _main(self) -> None:
         self.token = trio.lowlevel.current_trio_token()
