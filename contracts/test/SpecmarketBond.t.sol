@@ -1,0 +1,1368 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {BondFixture} from "./utils/BondFixture.sol";
+import {SpecmarketBond} from "../src/SpecmarketBond.sol";
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {Ownable} from "@openzeppelin/contracts/access/Ownable.sol";
+import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+
+/// @dev Refuses ETH, so `withdraw` to it fails.
+contract EthRefuser {
+    function callWithdraw(SpecmarketBond b) external {
+        b.withdraw();
+    }
+}
+
+/// @dev Re-enters `withdraw` from its receive hook and records how the inner call failed.
+contract Reenterer {
+    SpecmarketBond internal immutable b;
+    bytes public innerError;
+    uint256 public received;
+
+    constructor(SpecmarketBond b_) {
+        b = b_;
+    }
+
+    function start() external {
+        b.withdraw();
+    }
+
+    receive() external payable {
+        received += msg.value;
+        try b.withdraw() {}
+        catch (bytes memory err) {
+            innerError = err;
+        }
+    }
+}
+
+/// @dev Unit tests: every external function's success path and every revert.
+contract SpecmarketBondTest is BondFixture {
+    // events, redeclared for vm.expectEmit
+    event OperatorRegistered(address indexed operator, bytes32 indexed modelHash, uint256 bond);
+    event BondToppedUp(address indexed operator, uint256 amount, uint256 newBond);
+    event UnbondRequested(address indexed operator, uint256 unbondAt);
+    event BondWithdrawn(address indexed operator, uint256 amount);
+    event ChallengeOpened(
+        uint256 indexed id,
+        address indexed operator,
+        address indexed challenger,
+        bytes32 receiptDigest,
+        bytes32 modelHash,
+        uint32 position,
+        SpecmarketBond.SamplingParams params,
+        uint32[] prompt,
+        uint32[] output
+    );
+    event ChallengeResolved(uint256 indexed id, address indexed operator, bool operatorAtFault, uint256 slashed);
+    event ChallengeExpired(uint256 indexed id, address indexed challenger, uint256 refunded);
+    event EquivocationProven(
+        address indexed operator, bytes32 indexed requestHash, bytes32 outputHashA, bytes32 outputHashB
+    );
+    event OperatorSlashed(
+        address indexed operator,
+        address indexed reporter,
+        SpecmarketBond.SlashReason indexed reason,
+        uint256 amount,
+        uint256 reporterReward,
+        uint256 treasuryShare
+    );
+    event Credited(address indexed account, uint256 amount);
+    event Withdrawn(address indexed account, uint256 amount);
+    event RefereeAdded(address indexed referee);
+    event RefereeRemoved(address indexed referee);
+    event ThresholdChanged(uint256 oldThreshold, uint256 newThreshold);
+
+    uint256 internal constant REWARD = SLASH_AMOUNT * REWARD_BPS / 10_000;
+
+    /*//////////////////////////////////////////////////////////////
+                              CONSTRUCTOR
+    //////////////////////////////////////////////////////////////*/
+
+    function test_constructor_setsConfig_succeeds() public view {
+        assertEq(bond.minBond(), MIN_BOND, "minBond");
+        assertEq(bond.challengeWindow(), CHALLENGE_WINDOW, "challengeWindow");
+        assertEq(bond.unbondingDelay(), UNBONDING_DELAY, "unbondingDelay");
+        assertEq(bond.challengerBond(), CHALLENGER_BOND, "challengerBond");
+        assertEq(bond.resolveTimeout(), RESOLVE_TIMEOUT, "resolveTimeout");
+        assertEq(bond.slashAmount(), SLASH_AMOUNT, "slashAmount");
+        assertEq(bond.challengerRewardBps(), REWARD_BPS, "rewardBps");
+        assertEq(bond.treasury(), treasury, "treasury");
+        assertEq(bond.owner(), owner, "owner");
+        assertEq(bond.threshold(), 2, "threshold");
+        assertEq(bond.refereeCount(), 3, "refereeCount");
+        for (uint256 i; i < 3; ++i) {
+            assertTrue(bond.isReferee(refAddrs[i]), "isReferee");
+        }
+        assertEq(bond.referees().length, 3, "referees()");
+        assertEq(bond.nextChallengeId(), 1, "ids start at 1");
+    }
+
+    function test_constructor_emitsRefereeAndThresholdEvents_succeeds() public {
+        vm.expectEmit(true, false, false, true);
+        emit RefereeAdded(refAddrs[0]);
+        vm.expectEmit(true, false, false, true);
+        emit RefereeAdded(refAddrs[1]);
+        vm.expectEmit(true, false, false, true);
+        emit RefereeAdded(refAddrs[2]);
+        vm.expectEmit(false, false, false, true);
+        emit ThresholdChanged(0, 3);
+        new SpecmarketBond(owner, _config(), refAddrs, 3);
+    }
+
+    function test_constructor_zeroMinBond_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.minBond = 0;
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroMinBond.selector));
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_zeroChallengeWindow_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.challengeWindow = 0;
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroChallengeWindow.selector));
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_zeroResolveTimeout_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.resolveTimeout = 0;
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroResolveTimeout.selector));
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_unbondingDelayEqualToWindowPlusTimeout_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.unbondingDelay = CHALLENGE_WINDOW + RESOLVE_TIMEOUT;
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                SpecmarketBond.UnbondingDelayTooShort.selector, c.unbondingDelay, CHALLENGE_WINDOW, RESOLVE_TIMEOUT
+            )
+        );
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_unbondingDelayTooLong_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.unbondingDelay = 5 * 365 days + 1;
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.UnbondingDelayTooLong.selector, c.unbondingDelay, 5 * 365 days)
+        );
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_maxUnbondingDelay_succeeds() public {
+        SpecmarketBond.Config memory c = _config();
+        c.unbondingDelay = 5 * 365 days;
+        SpecmarketBond b = new SpecmarketBond(owner, c, refAddrs, 2);
+        vm.deal(operator, 1 ether);
+        vm.prank(operator);
+        b.register{value: 1 ether}(MODEL);
+        vm.warp(type(uint32).max); // year 2106: unbondAt still fits
+        vm.prank(operator);
+        b.requestUnbond();
+        vm.warp(block.timestamp + 5 * 365 days);
+        vm.prank(operator);
+        b.withdrawBond();
+        assertEq(b.credits(operator), 1 ether, "bond can always leave");
+    }
+
+    function test_constructor_unbondingDelayJustAboveWindowPlusTimeout_succeeds() public {
+        SpecmarketBond.Config memory c = _config();
+        c.unbondingDelay = CHALLENGE_WINDOW + RESOLVE_TIMEOUT + 1;
+        SpecmarketBond b = new SpecmarketBond(owner, c, refAddrs, 2);
+        assertEq(b.unbondingDelay(), c.unbondingDelay, "unbondingDelay");
+    }
+
+    function test_constructor_zeroChallengerBond_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.challengerBond = 0;
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidChallengerBond.selector, 0));
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_challengerBondAboveUint96_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.challengerBond = uint256(type(uint96).max) + 1;
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidChallengerBond.selector, c.challengerBond));
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_zeroSlashAmount_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.slashAmount = 0;
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroSlashAmount.selector));
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_rewardBpsFull_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.challengerRewardBps = 10_000;
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.RewardBpsTooHigh.selector, 10_000));
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_zeroTreasury_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.treasury = address(0);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroTreasury.selector));
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    function test_constructor_zeroOwner_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableInvalidOwner.selector, address(0)));
+        new SpecmarketBond(address(0), _config(), refAddrs, 2);
+    }
+
+    function test_constructor_zeroReferee_reverts() public {
+        address[] memory refs = new address[](2);
+        refs[0] = refAddrs[0];
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroReferee.selector));
+        new SpecmarketBond(owner, _config(), refs, 1);
+    }
+
+    function test_constructor_duplicateReferee_reverts() public {
+        address[] memory refs = new address[](2);
+        refs[0] = refAddrs[0];
+        refs[1] = refAddrs[0];
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.AlreadyReferee.selector, refAddrs[0]));
+        new SpecmarketBond(owner, _config(), refs, 1);
+    }
+
+    function test_constructor_zeroThreshold_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 0, 3));
+        new SpecmarketBond(owner, _config(), refAddrs, 0);
+    }
+
+    function test_constructor_thresholdAboveRefereeCount_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 4, 3));
+        new SpecmarketBond(owner, _config(), refAddrs, 4);
+    }
+
+    function test_constructor_noReferees_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 1, 0));
+        new SpecmarketBond(owner, _config(), new address[](0), 1);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                               OPERATORS
+    //////////////////////////////////////////////////////////////*/
+
+    function test_register_minBond_succeeds() public {
+        address op = vm.addr(OTHER_PK);
+        vm.deal(op, MIN_BOND);
+        bytes32 model = keccak256("other");
+        vm.expectEmit(true, true, false, true, address(bond));
+        emit OperatorRegistered(op, model, MIN_BOND);
+        vm.prank(op);
+        bond.register{value: MIN_BOND}(model);
+
+        (bool registered, bool active, bytes32 m, uint256 b, uint256 unbondAt, uint256 open) = bond.operatorInfo(op);
+        assertTrue(registered, "registered");
+        assertTrue(active, "active");
+        assertEq(m, model, "modelHash");
+        assertEq(b, MIN_BOND, "bond");
+        assertEq(unbondAt, 0, "unbondAt");
+        assertEq(open, 0, "openChallenges");
+        assertEq(address(bond).balance, 2 ether + MIN_BOND, "balance");
+    }
+
+    function test_register_belowMinBond_reverts() public {
+        address op = vm.addr(OTHER_PK);
+        vm.deal(op, MIN_BOND);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BondBelowMinimum.selector, MIN_BOND - 1, MIN_BOND));
+        vm.prank(op);
+        bond.register{value: MIN_BOND - 1}(MODEL);
+    }
+
+    function test_register_alreadyRegistered_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.AlreadyRegistered.selector, operator));
+        vm.prank(operator);
+        bond.register{value: MIN_BOND}(MODEL);
+    }
+
+    function test_register_whileUnbonding_reverts() public {
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.AlreadyRegistered.selector, operator));
+        vm.prank(operator);
+        bond.register{value: MIN_BOND}(MODEL);
+    }
+
+    function test_register_againAfterWithdrawBond_succeeds() public {
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        vm.prank(operator);
+        bond.withdrawBond();
+        bytes32 newModel = keccak256("new model");
+        vm.prank(operator);
+        bond.register{value: MIN_BOND}(newModel);
+        (bool registered, bool active, bytes32 m, uint256 b, uint256 unbondAt,) = bond.operatorInfo(operator);
+        assertTrue(registered && active, "registered again");
+        assertEq(m, newModel, "new model");
+        assertEq(b, MIN_BOND, "new bond only");
+        assertEq(unbondAt, 0, "unbond cleared");
+        assertEq(bond.credits(operator), 2 ether, "old bond credited");
+    }
+
+    function test_topUp_addsToBond_succeeds() public {
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit BondToppedUp(operator, 1 ether, 3 ether);
+        vm.prank(operator);
+        bond.topUp{value: 1 ether}();
+        assertEq(_bondOf(operator), 3 ether, "bond");
+    }
+
+    function test_topUp_whileUnbonding_succeeds() public {
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.prank(operator);
+        bond.topUp{value: 1 ether}();
+        assertEq(_bondOf(operator), 3 ether, "bond");
+    }
+
+    function test_topUp_notRegistered_reverts() public {
+        vm.deal(reporter, 1 ether);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotRegistered.selector, reporter));
+        vm.prank(reporter);
+        bond.topUp{value: 1 ether}();
+    }
+
+    function test_topUp_zeroValue_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroValue.selector));
+        vm.prank(operator);
+        bond.topUp();
+    }
+
+    function test_requestUnbond_startsDelay_succeeds() public {
+        uint256 unbondAt = block.timestamp + UNBONDING_DELAY;
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit UnbondRequested(operator, unbondAt);
+        vm.prank(operator);
+        bond.requestUnbond();
+        (bool registered, bool active,,, uint256 unbondAt_,) = bond.operatorInfo(operator);
+        assertTrue(registered, "still registered");
+        assertFalse(active, "no longer active");
+        assertEq(unbondAt_, unbondAt, "unbondAt");
+    }
+
+    function test_requestUnbond_notRegistered_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotRegistered.selector, reporter));
+        vm.prank(reporter);
+        bond.requestUnbond();
+    }
+
+    function test_requestUnbond_twice_reverts() public {
+        vm.prank(operator);
+        bond.requestUnbond();
+        uint256 unbondAt = block.timestamp + UNBONDING_DELAY;
+        vm.warp(block.timestamp + 1);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.AlreadyUnbonding.selector, operator, unbondAt));
+        vm.prank(operator);
+        bond.requestUnbond();
+    }
+
+    function test_withdrawBond_afterDelay_succeeds() public {
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit BondWithdrawn(operator, 2 ether);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Credited(operator, 2 ether);
+        vm.prank(operator);
+        bond.withdrawBond();
+        (bool registered,, bytes32 m, uint256 b, uint256 unbondAt_,) = bond.operatorInfo(operator);
+        assertFalse(registered, "record deleted");
+        assertEq(m, bytes32(0), "model cleared");
+        assertEq(b, 0, "bond moved");
+        assertEq(unbondAt_, 0, "unbondAt cleared");
+        assertEq(bond.credits(operator), 2 ether, "credited");
+        assertEq(address(bond).balance, 2 ether, "still held until withdraw()");
+    }
+
+    function test_withdrawBond_notRegistered_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotRegistered.selector, reporter));
+        vm.prank(reporter);
+        bond.withdrawBond();
+    }
+
+    function test_withdrawBond_unbondNotRequested_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.UnbondNotRequested.selector, operator));
+        vm.prank(operator);
+        bond.withdrawBond();
+    }
+
+    function test_withdrawBond_beforeDelay_reverts() public {
+        vm.prank(operator);
+        bond.requestUnbond();
+        uint256 unbondAt = block.timestamp + UNBONDING_DELAY;
+        vm.warp(unbondAt - 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.UnbondingDelayNotElapsed.selector, operator, unbondAt, unbondAt - 1)
+        );
+        vm.prank(operator);
+        bond.withdrawBond();
+    }
+
+    function test_withdrawBond_duringOpenChallenge_reverts() public {
+        _openChallenge();
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.HasOpenChallenges.selector, operator, 1));
+        vm.prank(operator);
+        bond.withdrawBond();
+    }
+
+    function test_withdrawBond_afterExpiredChallengeRefunded_succeeds() public {
+        uint256 id = _openChallenge();
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        bond.refundExpired(id);
+        vm.prank(operator);
+        bond.withdrawBond();
+        assertEq(bond.credits(operator), 2 ether, "bond credited");
+    }
+
+    function test_operatorInfo_unknown_succeeds() public view {
+        (bool registered, bool active, bytes32 m, uint256 b, uint256 unbondAt_, uint256 open) =
+            bond.operatorInfo(reporter);
+        assertFalse(registered || active, "unknown");
+        assertEq(m, bytes32(0), "model");
+        assertEq(b + unbondAt_ + open, 0, "zeros");
+    }
+
+    function test_operatorInfo_inactiveBelowMinBondAfterSlash_succeeds() public {
+        // 2 ETH bond, 0.5 ETH slash: 2 slashes leave 1 ETH (active), 3 leave 0.5 ETH (inactive).
+        for (uint256 i; i < 3; ++i) {
+            _equivocate(bytes32(i));
+        }
+        (bool registered, bool active,, uint256 b,,) = bond.operatorInfo(operator);
+        assertTrue(registered, "registered");
+        assertFalse(active, "below minBond is inactive");
+        assertEq(b, 0.5 ether, "bond");
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                               HASHING
+    //////////////////////////////////////////////////////////////*/
+
+    // Known-answer vectors, computed independently in Python (pycryptodome keccak + coincurve):
+    // prompt [1,2,3], seed 42, temperature 0.7, topK 50, topP 0.9, maxTokens 16, output [7,8,9,65535].
+    bytes32 internal constant KAT_PROMPT_HASH = 0x6e0c627900b24bd432fe7b1f713f1b0744091a646a9fe4a65a18dfed21f2949c;
+    bytes32 internal constant KAT_REQUEST_HASH = 0x0de1c39f9971d3706eb4253970bdac7fdbb74e358c831f01fa96a1c4311a13a9;
+    bytes32 internal constant KAT_OUTPUT_HASH = 0x727f0a8034e1bcbf709bc02d80f5258b22a936751793243b003e4b0984ed8afb;
+    // bond at 0x5FbDB2315678afecb367f032d93F642f64180aa3 on chain 31337; operator key 0xB0B; issuedAt 1.7e9.
+    bytes32 internal constant KAT_DOMAIN = 0x408a43d5eb2998feca380fd4851cd16b61794853ce88550d3439ebdbffa58a20;
+    bytes32 internal constant KAT_RECEIPT_DIGEST = 0xb285e762a35fc755ea777bb033e651c6f69743fd7dae04dfc2127caa8cce16c9;
+    bytes32 internal constant KAT_VERDICT_DIGEST = 0xc207406a4a3a02f005b80aeba36bcdbc41906f0ee27b97fa5e543b6235f6ca88;
+    bytes internal constant KAT_SIG =
+        hex"a1a7a175d657bbd45a85c53d4d483b6b87765d0a4188add7e5fa81223b056008699e9f52c5cd31fc29dfefe2a4c3c7a71100a8d42e591e2132577f4d454f59d91c";
+
+    function _katBond() internal returns (SpecmarketBond b) {
+        // anvil's account 0 deploying with nonce 0 lands at 0x5FbDB231...
+        vm.prank(0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266);
+        b = new SpecmarketBond(owner, _config(), refAddrs, 2);
+        assertEq(address(b), 0x5FbDB2315678afecb367f032d93F642f64180aa3, "deterministic address");
+    }
+
+    function _katPrompt() internal pure returns (uint32[] memory p) {
+        p = new uint32[](3);
+        (p[0], p[1], p[2]) = (1, 2, 3);
+    }
+
+    function _katOutput() internal pure returns (uint32[] memory o) {
+        o = new uint32[](4);
+        (o[0], o[1], o[2], o[3]) = (7, 8, 9, 65535);
+    }
+
+    function test_hashRequest_knownAnswer_succeeds() public view {
+        assertEq(bond.hashOutput(_katPrompt()), KAT_PROMPT_HASH, "promptHash");
+        assertEq(bond.hashRequest(_katPrompt(), 42, 700_000, 50, 900_000, 16), KAT_REQUEST_HASH, "requestHash");
+        assertEq(
+            bond.REQUEST_TYPEHASH(),
+            keccak256(
+                "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
+            ),
+            "typehash"
+        );
+    }
+
+    function test_hashOutput_knownAnswer_succeeds() public view {
+        assertEq(bond.hashOutput(_katOutput()), KAT_OUTPUT_HASH, "outputHash");
+        assertEq(bond.hashOutput(new uint32[](0)), keccak256(""), "empty output hashes to keccak256(\"\")");
+    }
+
+    function test_receiptDigest_knownAnswer_succeeds() public {
+        vm.chainId(31337);
+        SpecmarketBond b = _katBond();
+        assertEq(b.domainSeparator(), KAT_DOMAIN, "domain separator");
+        SpecmarketBond.Receipt memory r = SpecmarketBond.Receipt({
+            operator: operator,
+            modelHash: MODEL,
+            requestHash: KAT_REQUEST_HASH,
+            outputHash: KAT_OUTPUT_HASH,
+            tokenCount: 4,
+            issuedAt: 1_700_000_000
+        });
+        assertEq(b.receiptDigest(r), KAT_RECEIPT_DIGEST, "receipt digest");
+        // forge's vm.sign and libsecp256k1 both use RFC 6979 nonces: same signature byte for byte.
+        assertEq(keccak256(_signReceiptOn(b, OPERATOR_PK, r)), keccak256(KAT_SIG), "signature");
+        assertEq(b.receiptSigner(r, KAT_SIG), operator, "signer");
+        assertEq(b.verdictDigest(7, true), KAT_VERDICT_DIGEST, "verdict digest");
+    }
+
+    function _signReceiptOn(SpecmarketBond b, uint256 pk, SpecmarketBond.Receipt memory r)
+        internal
+        returns (bytes memory)
+    {
+        return _sig(pk, b.receiptDigest(r));
+    }
+
+    function test_receiptDigest_matchesManualEip712_succeeds() public view {
+        bytes32 domain = keccak256(
+            abi.encode(
+                keccak256("EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"),
+                keccak256("SpecmarketBond"),
+                keccak256("1"),
+                block.chainid,
+                address(bond)
+            )
+        );
+        assertEq(bond.domainSeparator(), domain, "domain");
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes32 structHash = keccak256(
+            abi.encode(
+                keccak256(
+                    "Receipt(address operator,bytes32 modelHash,bytes32 requestHash,bytes32 outputHash,uint32 tokenCount,uint64 issuedAt)"
+                ),
+                r.operator,
+                r.modelHash,
+                r.requestHash,
+                r.outputHash,
+                r.tokenCount,
+                r.issuedAt
+            )
+        );
+        assertEq(bond.receiptDigest(r), keccak256(abi.encodePacked("\x19\x01", domain, structHash)), "digest");
+        bytes32 verdictStruct =
+            keccak256(abi.encode(keccak256("Verdict(uint256 challengeId,bool operatorAtFault)"), uint256(9), false));
+        assertEq(
+            bond.verdictDigest(9, false), keccak256(abi.encodePacked("\x19\x01", domain, verdictStruct)), "verdict"
+        );
+    }
+
+    function test_receiptSigner_recoversOperator_succeeds() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        assertEq(bond.receiptSigner(r, _signReceipt(OPERATOR_PK, r)), operator, "signer");
+        assertEq(bond.receiptSigner(r, _signReceipt(OTHER_PK, r)), vm.addr(OTHER_PK), "any signer");
+    }
+
+    function test_receiptSigner_highS_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory bad = _highS(_signReceipt(OPERATOR_PK, r));
+        // ecrecover itself accepts the malleable twin; the contract must not.
+        assertEq(_recover(bond.receiptDigest(r), bad), operator, "ecrecover accepts high-s");
+        (,, bytes32 s) = _split(bad);
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignatureS.selector, s));
+        bond.receiptSigner(r, bad);
+    }
+
+    function test_receiptSigner_shortSignature_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignatureLength.selector, 64));
+        bond.receiptSigner(_goodReceipt(), new bytes(64));
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                              EQUIVOCATION
+    //////////////////////////////////////////////////////////////*/
+
+    /// @dev Two receipts for request `salt`-perturbed prompt with different outputs; reporter slashes.
+    function _equivPair(bytes32 salt)
+        internal
+        returns (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb)
+    {
+        uint32[] memory p = _tokens(uint256(salt), 4);
+        a = _receipt(operator, MODEL, p, params, _tokens(10, 3), uint64(block.timestamp));
+        b = _receipt(operator, MODEL, p, params, _tokens(11, 3), uint64(block.timestamp));
+        sa = _signReceipt(OPERATOR_PK, a);
+        sb = _signReceipt(OPERATOR_PK, b);
+    }
+
+    function _equivocate(bytes32 salt) internal {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb) =
+            _equivPair(salt);
+        vm.prank(reporter);
+        bond.slashEquivocation(a, sa, b, sb);
+    }
+
+    function test_slashEquivocation_validPair_succeeds() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb) =
+            _equivPair("x");
+        vm.expectEmit(true, true, false, true, address(bond));
+        emit EquivocationProven(operator, a.requestHash, a.outputHash, b.outputHash);
+        vm.expectEmit(true, true, true, true, address(bond));
+        emit OperatorSlashed(
+            operator, reporter, SpecmarketBond.SlashReason.Equivocation, SLASH_AMOUNT, REWARD, SLASH_AMOUNT - REWARD
+        );
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Credited(reporter, REWARD);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Credited(treasury, SLASH_AMOUNT - REWARD);
+        vm.prank(reporter);
+        bond.slashEquivocation(a, sa, b, sb);
+
+        assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "bond slashed");
+        assertEq(bond.credits(reporter), REWARD, "reporter share");
+        assertEq(bond.credits(treasury), SLASH_AMOUNT - REWARD, "treasury share");
+        assertTrue(bond.equivocationSlashed(operator, a.requestHash), "pair marked");
+        assertEq(address(bond).balance, 2 ether, "no ETH moved out");
+    }
+
+    function test_slashEquivocation_twice_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb) =
+            _equivPair("x");
+        bond.slashEquivocation(a, sa, b, sb);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.EquivocationAlreadySlashed.selector, operator, a.requestHash)
+        );
+        bond.slashEquivocation(b, sb, a, sa);
+        // a third receipt for the same request doesn't open a second slash either
+        SpecmarketBond.Receipt memory c = _receipt(
+            operator, MODEL, _tokens(uint256(bytes32("x")), 4), params, _tokens(12, 3), uint64(block.timestamp)
+        );
+        bytes memory sc = _signReceipt(OPERATOR_PK, c);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.EquivocationAlreadySlashed.selector, operator, a.requestHash)
+        );
+        bond.slashEquivocation(a, sa, c, sc);
+    }
+
+    function test_slashEquivocation_whileUnbonding_succeeds() public {
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY - 1);
+        _equivocate("u");
+        assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "slashable until withdrawn");
+    }
+
+    function test_slashEquivocation_capsAtRemainingBond_succeeds() public {
+        for (uint256 i; i < 4; ++i) {
+            _equivocate(bytes32(i));
+        }
+        assertEq(_bondOf(operator), 0, "drained");
+        uint256 treasuryBefore = bond.credits(treasury);
+        _equivocate("5th");
+        assertEq(bond.credits(treasury), treasuryBefore, "nothing left to slash");
+    }
+
+    function test_slashEquivocation_operatorsDiffer_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b,) = _equivPair("x");
+        b.operator = vm.addr(OTHER_PK);
+        bytes memory sb = _signReceipt(OTHER_PK, b);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ReceiptOperatorsDiffer.selector, operator, b.operator));
+        bond.slashEquivocation(a, sa, b, sb);
+    }
+
+    function test_slashEquivocation_requestHashesDiffer_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b,) = _equivPair("x");
+        b.requestHash = keccak256("other request");
+        bytes memory sb = _signReceipt(OPERATOR_PK, b);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.RequestHashesDiffer.selector, a.requestHash, b.requestHash)
+        );
+        bond.slashEquivocation(a, sa, b, sb);
+    }
+
+    function test_slashEquivocation_modelHashesDiffer_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b,) = _equivPair("x");
+        b.modelHash = keccak256("other model");
+        bytes memory sb = _signReceipt(OPERATOR_PK, b);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ModelHashesDiffer.selector, MODEL, b.modelHash));
+        bond.slashEquivocation(a, sa, b, sb);
+    }
+
+    function test_slashEquivocation_sameOutput_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa,,) = _equivPair("x");
+        SpecmarketBond.Receipt memory b =
+            _receipt(operator, MODEL, _tokens(uint256(bytes32("x")), 4), params, _tokens(10, 3), a.issuedAt + 5);
+        // a re-signed identical answer (other timestamp) is not equivocation
+        assertEq(b.outputHash, a.outputHash, "same output");
+        assertTrue(bond.receiptDigest(a) != bond.receiptDigest(b), "different receipts");
+        bytes memory sb = _signReceipt(OPERATOR_PK, b);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.OutputHashesEqual.selector, a.outputHash));
+        bond.slashEquivocation(a, sa, b, sb);
+    }
+
+    function test_slashEquivocation_notRegistered_reverts() public {
+        address ghost = vm.addr(OTHER_PK);
+        uint32[] memory p = _tokens(3, 4);
+        SpecmarketBond.Receipt memory a = _receipt(ghost, MODEL, p, params, _tokens(10, 3), uint64(block.timestamp));
+        SpecmarketBond.Receipt memory b = _receipt(ghost, MODEL, p, params, _tokens(11, 3), uint64(block.timestamp));
+        bytes memory sa = _signReceipt(OTHER_PK, a);
+        bytes memory sb = _signReceipt(OTHER_PK, b);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotRegistered.selector, ghost));
+        bond.slashEquivocation(a, sa, b, sb);
+    }
+
+    function test_slashEquivocation_forgedSignature_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b,) = _equivPair("x");
+        bytes memory forged = _signReceipt(OTHER_PK, b); // not the operator's key
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.InvalidReceiptSigner.selector, operator, vm.addr(OTHER_PK))
+        );
+        bond.slashEquivocation(a, sa, b, forged);
+    }
+
+    function test_slashEquivocation_highS_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb) =
+            _equivPair("x");
+        bytes memory bad = _highS(sb);
+        (,, bytes32 s) = _split(bad);
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignatureS.selector, s));
+        bond.slashEquivocation(a, sa, b, bad);
+    }
+
+    function test_slashEquivocation_otherChainId_reverts() public {
+        uint256 chain = block.chainid;
+        vm.chainId(chain + 1);
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb) =
+            _equivPair("x");
+        vm.chainId(chain);
+        address recovered = _recover(bond.receiptDigest(a), sa);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidReceiptSigner.selector, operator, recovered));
+        bond.slashEquivocation(a, sa, b, sb);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                               CHALLENGE
+    //////////////////////////////////////////////////////////////*/
+
+    function test_challenge_validReceipt_succeeds() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        bytes32 digest = bond.receiptDigest(r);
+        vm.expectEmit(true, true, true, true, address(bond));
+        emit ChallengeOpened(1, operator, challenger, digest, MODEL, 3, params, prompt, output);
+        uint256 id = _challenge(r, sig, 3);
+
+        assertEq(id, 1, "first id");
+        assertEq(bond.nextChallengeId(), 2, "next id");
+        SpecmarketBond.Challenge memory c = bond.getChallenge(id);
+        assertEq(c.challenger, challenger, "challenger");
+        assertEq(c.operator, operator, "operator");
+        assertEq(c.bond, CHALLENGER_BOND, "bond");
+        assertEq(c.createdAt, block.timestamp, "createdAt");
+        assertEq(c.position, 3, "position");
+        assertTrue(c.status == SpecmarketBond.ChallengeStatus.Open, "open");
+        assertEq(c.receiptDigest, digest, "digest");
+        assertEq(_openOf(operator), 1, "openChallenges");
+        assertEq(address(bond).balance, 2 ether + CHALLENGER_BOND, "bond held");
+    }
+
+    function test_challenge_atWindowEnd_succeeds() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        vm.warp(r.issuedAt + CHALLENGE_WINDOW);
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_lastPosition_succeeds() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        _challenge(r, _signReceipt(OPERATOR_PK, r), uint32(output.length - 1));
+    }
+
+    function test_challenge_whileUnbonding_succeeds() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        vm.prank(operator);
+        bond.requestUnbond();
+        _challenge(r, sig, 0);
+        assertEq(_openOf(operator), 1, "open");
+    }
+
+    function test_challenge_bondTooLow_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.WrongChallengerBond.selector, CHALLENGER_BOND - 1, CHALLENGER_BOND)
+        );
+        vm.prank(challenger);
+        bond.challenge{value: CHALLENGER_BOND - 1}(r, sig, prompt, params, output, 0);
+    }
+
+    function test_challenge_bondTooHigh_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.WrongChallengerBond.selector, CHALLENGER_BOND + 1, CHALLENGER_BOND)
+        );
+        vm.prank(challenger);
+        bond.challenge{value: CHALLENGER_BOND + 1}(r, sig, prompt, params, output, 0);
+    }
+
+    function test_challenge_notRegistered_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        r.operator = vm.addr(OTHER_PK);
+        bytes memory sig = _signReceipt(OTHER_PK, r);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotRegistered.selector, r.operator));
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_modelHashMismatch_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        r.modelHash = keccak256("uncommitted model");
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ModelHashMismatch.selector, MODEL, r.modelHash));
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_requestHashMismatch_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        params.seed = 43; // the challenger claims other params than the receipt committed to
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                SpecmarketBond.RequestHashMismatch.selector, _refHashRequest(prompt, params), r.requestHash
+            )
+        );
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_promptMismatch_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        prompt.push(7);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                SpecmarketBond.RequestHashMismatch.selector, _refHashRequest(prompt, params), r.requestHash
+            )
+        );
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_outputHashMismatch_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        output[2] += 1;
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.OutputHashMismatch.selector, _refHashTokens(output), r.outputHash)
+        );
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_tokenCountMismatch_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        r.tokenCount = uint32(output.length + 1);
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.TokenCountMismatch.selector, output.length, r.tokenCount));
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_positionOutOfRange_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        uint32 pos = uint32(output.length);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.PositionOutOfRange.selector, pos, output.length));
+        _challenge(r, sig, pos);
+    }
+
+    function test_challenge_emptyOutput_reverts() public {
+        delete output;
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.PositionOutOfRange.selector, 0, 0));
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_afterWindow_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        uint256 windowEnd = r.issuedAt + CHALLENGE_WINDOW;
+        vm.warp(windowEnd + 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.ChallengeWindowClosed.selector, r.issuedAt, windowEnd, windowEnd + 1)
+        );
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_receiptFromFuture_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        r.issuedAt = uint64(block.timestamp + 1);
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ReceiptFromFuture.selector, r.issuedAt, block.timestamp));
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_forgedSignature_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OTHER_PK, r);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.InvalidReceiptSigner.selector, operator, vm.addr(OTHER_PK))
+        );
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_highS_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory bad = _highS(_signReceipt(OPERATOR_PK, r));
+        (,, bytes32 s) = _split(bad);
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignatureS.selector, s));
+        _challenge(r, bad, 0);
+    }
+
+    function test_challenge_receiptForOtherChainId_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        uint256 chain = block.chainid;
+        vm.chainId(1);
+        bytes memory sig = _signReceipt(OPERATOR_PK, r); // digest under chain 1
+        vm.chainId(chain);
+        address recovered = _recover(bond.receiptDigest(r), sig);
+        assertTrue(recovered != operator, "different digest, different signer");
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidReceiptSigner.selector, operator, recovered));
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_receiptForOtherContract_reverts() public {
+        SpecmarketBond other = new SpecmarketBond(owner, _config(), refAddrs, 2);
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _sig(OPERATOR_PK, other.receiptDigest(r));
+        address recovered = _recover(bond.receiptDigest(r), sig);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidReceiptSigner.selector, operator, recovered));
+        _challenge(r, sig, 0);
+    }
+
+    function test_challenge_receiptAlreadySlashed_reverts() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        uint256 id = _challenge(r, sig, 1);
+        bond.resolve(id, true, _quorum(id, true, 2));
+        bytes32 digest = bond.receiptDigest(r);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ReceiptAlreadySlashed.selector, digest));
+        _challenge(r, sig, 2);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                RESOLVE
+    //////////////////////////////////////////////////////////////*/
+
+    function test_resolve_operatorAtFault_succeeds() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, true, 2);
+        vm.expectEmit(true, true, true, true, address(bond));
+        emit OperatorSlashed(
+            operator, challenger, SpecmarketBond.SlashReason.WrongToken, SLASH_AMOUNT, REWARD, SLASH_AMOUNT - REWARD
+        );
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Credited(challenger, REWARD);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Credited(treasury, SLASH_AMOUNT - REWARD);
+        vm.expectEmit(true, true, false, true, address(bond));
+        emit ChallengeResolved(id, operator, true, SLASH_AMOUNT);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Credited(challenger, CHALLENGER_BOND);
+        vm.prank(reporter); // anyone may submit the verdict
+        bond.resolve(id, true, sigs);
+
+        assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "slashed");
+        assertEq(bond.credits(challenger), CHALLENGER_BOND + REWARD, "bond back + reward");
+        assertEq(bond.credits(treasury), SLASH_AMOUNT - REWARD, "treasury");
+        assertEq(_openOf(operator), 0, "closed");
+        assertTrue(bond.getChallenge(id).status == SpecmarketBond.ChallengeStatus.OperatorAtFault, "status");
+        assertTrue(bond.receiptSlashed(bond.getChallenge(id).receiptDigest), "receipt marked");
+    }
+
+    function test_resolve_operatorCleared_succeeds() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, false, 3); // more than the threshold is fine
+        vm.expectEmit(true, true, false, true, address(bond));
+        emit ChallengeResolved(id, operator, false, 0);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Credited(operator, CHALLENGER_BOND);
+        bond.resolve(id, false, sigs);
+
+        assertEq(_bondOf(operator), 2 ether, "not slashed");
+        assertEq(bond.credits(operator), CHALLENGER_BOND, "false challenge pays the operator");
+        assertEq(bond.credits(challenger), 0, "challenger loses its bond");
+        assertEq(_openOf(operator), 0, "closed");
+        assertTrue(bond.getChallenge(id).status == SpecmarketBond.ChallengeStatus.OperatorCleared, "status");
+    }
+
+    function test_resolve_atDeadline_succeeds() public {
+        uint256 id = _openChallenge();
+        vm.warp(block.timestamp + RESOLVE_TIMEOUT);
+        bond.resolve(id, false, _quorum(id, false, 2));
+    }
+
+    function test_resolve_secondFaultOnSameReceipt_succeeds() public {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        uint256 id1 = _challenge(r, sig, 1);
+        uint256 id2 = _challenge(r, sig, 4);
+        bond.resolve(id1, true, _quorum(id1, true, 2));
+        vm.expectEmit(true, true, false, true, address(bond));
+        emit ChallengeResolved(id2, operator, true, 0);
+        bond.resolve(id2, true, _quorum(id2, true, 2));
+        assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "a receipt is slashed once");
+        assertEq(bond.credits(challenger), 2 * CHALLENGER_BOND + REWARD, "both bonds back, one reward");
+    }
+
+    function test_resolve_slashCappedAtBond_succeeds() public {
+        for (uint256 i; i < 3; ++i) {
+            _equivocate(bytes32(i));
+        }
+        assertEq(_bondOf(operator), 0.5 ether, "0.5 left");
+        uint256 id = _openChallenge();
+        bond.resolve(id, true, _quorum(id, true, 2));
+        assertEq(_bondOf(operator), 0, "takes what is left");
+    }
+
+    function test_resolve_unknownId_reverts() public {
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.ChallengeNotOpen.selector, 99, SpecmarketBond.ChallengeStatus.None)
+        );
+        bond.resolve(99, true, new bytes[](0));
+    }
+
+    function test_resolve_alreadyResolved_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, true, 2);
+        bond.resolve(id, true, sigs);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                SpecmarketBond.ChallengeNotOpen.selector, id, SpecmarketBond.ChallengeStatus.OperatorAtFault
+            )
+        );
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_afterTimeout_reverts() public {
+        uint256 id = _openChallenge();
+        uint256 deadline = block.timestamp + RESOLVE_TIMEOUT;
+        bytes[] memory sigs = _quorum(id, true, 2);
+        vm.warp(deadline + 1);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ResolveWindowClosed.selector, id, deadline, deadline + 1));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_belowThreshold_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, true, 1);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 1, 2));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_noSignatures_reverts() public {
+        uint256 id = _openChallenge();
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 0, 2));
+        bond.resolve(id, true, new bytes[](0));
+    }
+
+    function test_resolve_duplicateSigner_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, true, 2);
+        sigs[1] = sigs[0];
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.SignersNotAscending.selector, refAddrs[0], refAddrs[0]));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_unsortedSigners_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, true, 2);
+        (sigs[0], sigs[1]) = (sigs[1], sigs[0]);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.SignersNotAscending.selector, refAddrs[1], refAddrs[0]));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_nonRefereeSigner_reverts() public {
+        uint256 id = _openChallenge();
+        uint256[] memory pks = new uint256[](2);
+        pks[0] = refPks[0];
+        pks[1] = 0xDEAD; // not a referee
+        pks = _sortByAddress(pks);
+        bytes[] memory sigs = _verdictSigs(bond, id, true, pks);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, vm.addr(0xDEAD)));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_removedRefereeSigner_reverts() public {
+        uint256 id = _openChallenge();
+        vm.prank(owner);
+        bond.removeReferee(refAddrs[1]);
+        bytes[] memory sigs = _quorum(id, true, 2);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, refAddrs[1]));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_signaturesForOppositeVerdict_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, false, 2); // referees said: not at fault
+        address first = _recover(bond.verdictDigest(id, true), sigs[0]);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, first));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_signaturesForOtherChallenge_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id + 1, true, 2);
+        address first = _recover(bond.verdictDigest(id, true), sigs[0]);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, first));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_verdictForOtherChainId_reverts() public {
+        uint256 id = _openChallenge();
+        uint256 chain = block.chainid;
+        vm.chainId(chain + 7);
+        bytes[] memory sigs = _quorum(id, true, 2);
+        vm.chainId(chain);
+        address first = _recover(bond.verdictDigest(id, true), sigs[0]);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, first));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_highSVerdict_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, true, 2);
+        sigs[1] = _highS(sigs[1]);
+        (,, bytes32 s) = _split(sigs[1]);
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignatureS.selector, s));
+        bond.resolve(id, true, sigs);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                             REFUND EXPIRED
+    //////////////////////////////////////////////////////////////*/
+
+    function test_refundExpired_afterTimeout_succeeds() public {
+        uint256 id = _openChallenge();
+        vm.warp(block.timestamp + RESOLVE_TIMEOUT + 1);
+        vm.expectEmit(true, true, false, true, address(bond));
+        emit ChallengeExpired(id, challenger, CHALLENGER_BOND);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Credited(challenger, CHALLENGER_BOND);
+        vm.prank(reporter); // anyone may trigger it
+        bond.refundExpired(id);
+        assertEq(bond.credits(challenger), CHALLENGER_BOND, "refunded");
+        assertEq(_bondOf(operator), 2 ether, "no slash");
+        assertEq(_openOf(operator), 0, "closed");
+        assertTrue(bond.getChallenge(id).status == SpecmarketBond.ChallengeStatus.Expired, "status");
+    }
+
+    function test_refundExpired_atDeadline_reverts() public {
+        uint256 id = _openChallenge();
+        uint256 deadline = block.timestamp + RESOLVE_TIMEOUT;
+        vm.warp(deadline);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ResolveWindowNotClosed.selector, id, deadline, deadline));
+        bond.refundExpired(id);
+    }
+
+    function test_refundExpired_notOpen_reverts() public {
+        uint256 id = _openChallenge();
+        bond.resolve(id, false, _quorum(id, false, 2));
+        vm.warp(block.timestamp + RESOLVE_TIMEOUT + 1);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                SpecmarketBond.ChallengeNotOpen.selector, id, SpecmarketBond.ChallengeStatus.OperatorCleared
+            )
+        );
+        bond.refundExpired(id);
+    }
+
+    function test_refundExpired_twice_reverts() public {
+        uint256 id = _openChallenge();
+        vm.warp(block.timestamp + RESOLVE_TIMEOUT + 1);
+        bond.refundExpired(id);
+        vm.expectRevert(
+            abi.encodeWithSelector(SpecmarketBond.ChallengeNotOpen.selector, id, SpecmarketBond.ChallengeStatus.Expired)
+        );
+        bond.refundExpired(id);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                REFEREES
+    //////////////////////////////////////////////////////////////*/
+
+    function test_addReferee_byOwner_succeeds() public {
+        address r = address(0x4EF);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit RefereeAdded(r);
+        vm.prank(owner);
+        bond.addReferee(r);
+        assertTrue(bond.isReferee(r), "added");
+        assertEq(bond.refereeCount(), 4, "count");
+    }
+
+    function test_addReferee_notOwner_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, reporter));
+        vm.prank(reporter);
+        bond.addReferee(address(0x4EF));
+    }
+
+    function test_addReferee_zeroAddress_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroReferee.selector));
+        vm.prank(owner);
+        bond.addReferee(address(0));
+    }
+
+    function test_addReferee_duplicate_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.AlreadyReferee.selector, refAddrs[0]));
+        vm.prank(owner);
+        bond.addReferee(refAddrs[0]);
+    }
+
+    function test_removeReferee_byOwner_succeeds() public {
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit RefereeRemoved(refAddrs[2]);
+        vm.prank(owner);
+        bond.removeReferee(refAddrs[2]);
+        assertFalse(bond.isReferee(refAddrs[2]), "removed");
+        assertEq(bond.refereeCount(), 2, "count");
+    }
+
+    function test_removeReferee_notOwner_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, reporter));
+        vm.prank(reporter);
+        bond.removeReferee(refAddrs[0]);
+    }
+
+    function test_removeReferee_notReferee_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, reporter));
+        vm.prank(owner);
+        bond.removeReferee(reporter);
+    }
+
+    function test_removeReferee_belowThreshold_reverts() public {
+        vm.prank(owner);
+        bond.removeReferee(refAddrs[0]);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 2, 1));
+        vm.prank(owner);
+        bond.removeReferee(refAddrs[1]);
+    }
+
+    function test_setThreshold_byOwner_succeeds() public {
+        vm.expectEmit(false, false, false, true, address(bond));
+        emit ThresholdChanged(2, 3);
+        vm.prank(owner);
+        bond.setThreshold(3);
+        assertEq(bond.threshold(), 3, "threshold");
+        uint256 id = _openChallenge();
+        bytes[] memory two = _quorum(id, true, 2);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 2, 3));
+        bond.resolve(id, true, two);
+        bond.resolve(id, true, _quorum(id, true, 3));
+    }
+
+    function test_setThreshold_zero_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 0, 3));
+        vm.prank(owner);
+        bond.setThreshold(0);
+    }
+
+    function test_setThreshold_aboveRefereeCount_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 4, 3));
+        vm.prank(owner);
+        bond.setThreshold(4);
+    }
+
+    function test_setThreshold_notOwner_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, reporter));
+        vm.prank(reporter);
+        bond.setThreshold(1);
+    }
+
+    function test_transferOwnership_twoStep_succeeds() public {
+        vm.prank(owner);
+        bond.transferOwnership(reporter);
+        assertEq(bond.owner(), owner, "not yet");
+        vm.prank(reporter);
+        bond.acceptOwnership();
+        assertEq(bond.owner(), reporter, "accepted");
+        vm.prank(reporter);
+        bond.setThreshold(1);
+    }
+
+    function test_acceptOwnership_notPending_reverts() public {
+        vm.prank(owner);
+        bond.transferOwnership(reporter);
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, challenger));
+        vm.prank(challenger);
+        bond.acceptOwnership();
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                PAYOUTS
+    //////////////////////////////////////////////////////////////*/
+
+    function test_withdraw_wholeCredit_succeeds() public {
+        uint256 id = _openChallenge();
+        bond.resolve(id, true, _quorum(id, true, 2));
+        uint256 credit = CHALLENGER_BOND + REWARD;
+        uint256 before = challenger.balance;
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit Withdrawn(challenger, credit);
+        vm.prank(challenger);
+        bond.withdraw();
+        assertEq(challenger.balance, before + credit, "paid");
+        assertEq(bond.credits(challenger), 0, "credit cleared");
+
+        vm.prank(treasury);
+        bond.withdraw();
+        assertEq(treasury.balance, SLASH_AMOUNT - REWARD, "treasury paid");
+        assertEq(address(bond).balance, 2 ether - SLASH_AMOUNT, "only the bond is left");
+    }
+
+    function test_withdraw_nothing_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NothingToWithdraw.selector, reporter));
+        vm.prank(reporter);
+        bond.withdraw();
+    }
+
+    function test_withdraw_recipientRefusesEth_reverts() public {
+        EthRefuser refuser = new EthRefuser();
+        vm.deal(address(refuser), 1 ether);
+        vm.prank(address(refuser));
+        bond.register{value: MIN_BOND}(MODEL);
+        vm.prank(address(refuser));
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        vm.prank(address(refuser));
+        bond.withdrawBond();
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.WithdrawFailed.selector, address(refuser), MIN_BOND));
+        refuser.callWithdraw(bond);
+        assertEq(bond.credits(address(refuser)), MIN_BOND, "credit kept");
+    }
+
+    function test_withdraw_reentrancy_reverts() public {
+        Reenterer re = new Reenterer(bond);
+        vm.deal(address(re), 1 ether);
+        vm.prank(address(re));
+        bond.register{value: MIN_BOND}(MODEL);
+        vm.prank(address(re));
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        vm.prank(address(re));
+        bond.withdrawBond();
+
+        re.start();
+        // the re-entrant withdraw() hit the guard; the credit was paid exactly once
+        assertEq(
+            keccak256(re.innerError()),
+            keccak256(abi.encodeWithSelector(ReentrancyGuard.ReentrancyGuardReentrantCall.selector)),
+            "inner call blocked by the guard"
+        );
+        assertEq(re.received(), MIN_BOND, "paid once");
+        assertEq(bond.credits(address(re)), 0, "credit cleared");
+        assertEq(address(bond).balance, 2 ether, "only the operator's bond is left");
+    }
+
+    function test_receive_plainTransfer_reverts() public {
+        vm.prank(challenger);
+        (bool ok,) = address(bond).call{value: 1 ether}("");
+        assertFalse(ok, "no receive(): stray ETH is refused");
+    }
+}

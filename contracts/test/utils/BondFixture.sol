@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: MIT
+pragma solidity ^0.8.24;
+
+import {TestBase} from "./TestBase.sol";
+import {SpecmarketBond} from "../../src/SpecmarketBond.sol";
+
+/// @dev Shared signing and encoding helpers (no state), for tests and the invariant handler.
+abstract contract BondHelpers is TestBase {
+    function _sig(uint256 pk, bytes32 digest) internal returns (bytes memory) {
+        (uint8 v, bytes32 r, bytes32 s) = vm.sign(pk, digest);
+        return abi.encodePacked(r, s, v);
+    }
+
+    /// @dev The malleable twin of a valid signature: (r, n - s, v ^ 1). ecrecover accepts it.
+    function _highS(bytes memory sig) internal pure returns (bytes memory) {
+        bytes32 r;
+        bytes32 s;
+        uint8 v;
+        assembly {
+            r := mload(add(sig, 0x20))
+            s := mload(add(sig, 0x40))
+            v := byte(0, mload(add(sig, 0x60)))
+        }
+        return abi.encodePacked(r, bytes32(SECP256K1_N - uint256(s)), v == 27 ? uint8(28) : uint8(27));
+    }
+
+    function _split(bytes memory sig) internal pure returns (uint8 v, bytes32 r, bytes32 s) {
+        assembly {
+            r := mload(add(sig, 0x20))
+            s := mload(add(sig, 0x40))
+            v := byte(0, mload(add(sig, 0x60)))
+        }
+    }
+
+    /// @dev What `ecrecover` yields for `sig` over `digest` (for expected-revert arguments).
+    function _recover(bytes32 digest, bytes memory sig) internal pure returns (address) {
+        (uint8 v, bytes32 r, bytes32 s) = _split(sig);
+        return ecrecover(digest, v, r, s);
+    }
+
+    function _tokens(uint256 seed, uint256 len) internal pure returns (uint32[] memory t) {
+        t = new uint32[](len);
+        for (uint256 i; i < len; ++i) {
+            t[i] = uint32(uint256(keccak256(abi.encode(seed, i))) % 50_000);
+        }
+    }
+
+    /// @dev Reference hashing, written independently of the contract: 32-byte big-endian words.
+    function _refHashTokens(uint32[] memory t) internal pure returns (bytes32) {
+        bytes memory b = new bytes(32 * t.length);
+        for (uint256 i; i < t.length; ++i) {
+            bytes32 word = bytes32(uint256(t[i]));
+            assembly {
+                mstore(add(add(b, 0x20), mul(i, 0x20)), word)
+            }
+        }
+        return keccak256(b);
+    }
+
+    function _refHashRequest(uint32[] memory prompt, SpecmarketBond.SamplingParams memory p)
+        internal
+        pure
+        returns (bytes32)
+    {
+        bytes32 typehash = keccak256(
+            "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
+        );
+        return keccak256(
+            bytes.concat(
+                typehash,
+                _refHashTokens(prompt),
+                bytes32(uint256(p.seed)),
+                bytes32(uint256(p.temperatureMicros)),
+                bytes32(uint256(p.topK)),
+                bytes32(uint256(p.topPMicros)),
+                bytes32(uint256(p.maxTokens))
+            )
+        );
+    }
+
+    function _params(uint64 seed) internal pure returns (SpecmarketBond.SamplingParams memory) {
+        return SpecmarketBond.SamplingParams({
+            seed: seed, temperatureMicros: 700_000, topK: 50, topPMicros: 900_000, maxTokens: 64
+        });
+    }
+
+    function _receipt(
+        address operator,
+        bytes32 modelHash,
+        uint32[] memory prompt,
+        SpecmarketBond.SamplingParams memory p,
+        uint32[] memory output,
+        uint64 issuedAt
+    ) internal pure returns (SpecmarketBond.Receipt memory) {
+        return SpecmarketBond.Receipt({
+            operator: operator,
+            modelHash: modelHash,
+            requestHash: _refHashRequest(prompt, p),
+            outputHash: _refHashTokens(output),
+            tokenCount: uint32(output.length),
+            issuedAt: issuedAt
+        });
+    }
+
+    /// @dev Sorts private keys by their address, ascending (insertion sort; sets are small).
+    function _sortByAddress(uint256[] memory pks) internal returns (uint256[] memory) {
+        address[] memory addrs = new address[](pks.length);
+        for (uint256 i; i < pks.length; ++i) {
+            addrs[i] = vm.addr(pks[i]);
+        }
+        for (uint256 i = 1; i < pks.length; ++i) {
+            (uint256 k, address a) = (pks[i], addrs[i]);
+            uint256 j = i;
+            while (j > 0 && addrs[j - 1] > a) {
+                (pks[j], addrs[j]) = (pks[j - 1], addrs[j - 1]);
+                --j;
+            }
+            (pks[j], addrs[j]) = (k, a);
+        }
+        return pks;
+    }
+
+    function _verdictSigs(SpecmarketBond b, uint256 id, bool fault, uint256[] memory pks)
+        internal
+        returns (bytes[] memory sigs)
+    {
+        bytes32 digest = b.verdictDigest(id, fault);
+        sigs = new bytes[](pks.length);
+        for (uint256 i; i < pks.length; ++i) {
+            sigs[i] = _sig(pks[i], digest);
+        }
+    }
+}
+
+/// @dev A deployed bond with three referees (threshold 2), one registered operator and helpers.
+abstract contract BondFixture is BondHelpers {
+    SpecmarketBond internal bond;
+
+    uint256 internal constant MIN_BOND = 1 ether;
+    uint256 internal constant CHALLENGE_WINDOW = 1 days;
+    uint256 internal constant RESOLVE_TIMEOUT = 3 days;
+    uint256 internal constant UNBONDING_DELAY = 7 days;
+    uint256 internal constant CHALLENGER_BOND = 0.1 ether;
+    uint256 internal constant SLASH_AMOUNT = 0.5 ether;
+    uint256 internal constant REWARD_BPS = 5_000;
+
+    address internal owner = address(0x0A11CE);
+    address internal treasury = address(0x7EA5);
+    address internal challenger = address(0xC4A1);
+    address internal reporter = address(0x4E90);
+
+    uint256 internal constant OPERATOR_PK = 0xB0B;
+    uint256 internal constant OTHER_PK = 0xE7E;
+    address internal operator;
+    bytes32 internal constant MODEL = keccak256("specmarket/target-model");
+
+    uint256[] internal refPks; // sorted by address
+    address[] internal refAddrs; // same order
+
+    uint32[] internal prompt;
+    uint32[] internal output;
+    SpecmarketBond.SamplingParams internal params;
+
+    function _config() internal view returns (SpecmarketBond.Config memory) {
+        return SpecmarketBond.Config({
+            minBond: MIN_BOND,
+            challengeWindow: CHALLENGE_WINDOW,
+            unbondingDelay: UNBONDING_DELAY,
+            challengerBond: CHALLENGER_BOND,
+            resolveTimeout: RESOLVE_TIMEOUT,
+            slashAmount: SLASH_AMOUNT,
+            challengerRewardBps: REWARD_BPS,
+            treasury: treasury
+        });
+    }
+
+    function setUp() public virtual {
+        vm.warp(1_700_000_000);
+        uint256[] memory pks = new uint256[](3);
+        pks[0] = 0xA1;
+        pks[1] = 0xA2;
+        pks[2] = 0xA3;
+        pks = _sortByAddress(pks);
+        for (uint256 i; i < pks.length; ++i) {
+            refPks.push(pks[i]);
+            refAddrs.push(vm.addr(pks[i]));
+        }
+        bond = new SpecmarketBond(owner, _config(), refAddrs, 2);
+
+        operator = vm.addr(OPERATOR_PK);
+        vm.deal(operator, 100 ether);
+        vm.deal(challenger, 100 ether);
+        vm.deal(reporter, 1 ether);
+        vm.prank(operator);
+        bond.register{value: 2 ether}(MODEL);
+
+        prompt = _tokens(1, 5);
+        output = _tokens(2, 8);
+        params = _params(42);
+    }
+
+    // -- receipts ---------------------------------------------------------------------------
+
+    function _goodReceipt() internal view returns (SpecmarketBond.Receipt memory) {
+        return _receipt(operator, MODEL, prompt, params, output, uint64(block.timestamp));
+    }
+
+    function _signReceipt(uint256 pk, SpecmarketBond.Receipt memory r) internal returns (bytes memory) {
+        return _sig(pk, bond.receiptDigest(r));
+    }
+
+    // -- challenges -------------------------------------------------------------------------
+
+    function _challenge(SpecmarketBond.Receipt memory r, bytes memory sig, uint32 position)
+        internal
+        returns (uint256 id)
+    {
+        vm.prank(challenger);
+        id = bond.challenge{value: CHALLENGER_BOND}(r, sig, prompt, params, output, position);
+    }
+
+    function _openChallenge() internal returns (uint256 id) {
+        SpecmarketBond.Receipt memory r = _goodReceipt();
+        id = _challenge(r, _signReceipt(OPERATOR_PK, r), 3);
+    }
+
+    /// @dev Signatures of the first `m` referees (in ascending address order).
+    function _quorum(uint256 id, bool fault, uint256 m) internal returns (bytes[] memory) {
+        uint256[] memory pks = new uint256[](m);
+        for (uint256 i; i < m; ++i) {
+            pks[i] = refPks[i];
+        }
+        return _verdictSigs(bond, id, fault, pks);
+    }
+
+    function _bondOf(address op) internal view returns (uint256 b) {
+        (,,, b,,) = bond.operatorInfo(op);
+    }
+
+    function _openOf(address op) internal view returns (uint256 n) {
+        (,,,,, n) = bond.operatorInfo(op);
+    }
+}
