@@ -148,6 +148,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench_p2p(sub) -> None:
+    from node.bench_p2p import add_arguments
+
+    p = sub.add_parser(
+        "bench-p2p",
+        help="benchmark drafter peers over libp2p (honest, hostile) against plain, local and HF assisted",
+        description="One process plus drafter processes, same prompts and pair; prints ratios and writes JSON.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=_cmd_bench_p2p)
+
+
+def _cmd_bench_p2p(args: argparse.Namespace) -> int:
+    from node.bench_p2p import config_from_args, run_bench_p2p
+
+    run_bench_p2p(config_from_args(args))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specmarket",
@@ -159,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_theory(sub)
     _add_demo(sub)
     _add_bench(sub)
+    _add_bench_p2p(sub)
     add_market_commands(sub)
     return parser
 

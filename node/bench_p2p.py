@@ -1,0 +1,469 @@
+"""P2P benchmark: plain vs local speculative vs drafter peers over libp2p (honest; hostile only) vs HF.
+
+One process (plus drafter subprocesses), one run, the prompts, pair and seeds of bench_local; modes
+are interleaved and the median over repeats is reported. Two TargetNodes run in this process on one
+trio loop in a background thread: one with a single honest drafter, one with only hostile drafters,
+all found through the node's rendezvous point. The hostile node gets no warm-up: exploring and
+benching hostile drafters is part of its cost. Every speculative output is checked token for token
+against plain decoding. Aims (not tests): honest p2p >= 1.0x best HF assisted; hostile >= 0.9x plain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import trio
+
+from node.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, measure_costs
+from node.engine import CompletionRequest, Engine
+from node.generate import encode_prompt
+from node.models import HFCausalLM, ModelPair, load_pair
+from verifier.params import SamplingParams
+from verifier.proposal import Proposal
+from verifier.proposers import LocalDraftProposer
+
+if TYPE_CHECKING:
+    from node.target import TargetNode
+
+log = logging.getLogger(__name__)
+
+HOSTILE = ("random", "adversarial", "lying", "slow", "garbage", "flaky")
+DRAFTER_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+SLOW_MS = 1000
+STARTUP_TIMEOUT_S = 240.0  # seven drafter processes importing torch and libp2p on two cores
+STOP_TIMEOUT_S = 15.0
+ENGINE_MODES = ("plain", "local", "p2p_honest", "p2p_hostile")
+CHECKED = ("local", "p2p_honest", "p2p_hostile")  # must equal plain token for token (GUMBEL)
+AIMS = {"p2p_honest_vs_best_hf_assisted": 1.0, "p2p_hostile_vs_plain": 0.9}
+MEDIANS = ("acceptance_rate", "mean_accepted_length", "target_passes", "draft_wait_ms_per_round")
+PER_REPEAT = ("tokens_per_second", "draft_empty_rounds", "deadline_misses")
+SNAPSHOT_DROPPED = ("addrs", "seen_ago_s", "known_for_s")  # registry fields the report leaves out
+
+
+@dataclass(frozen=True)
+class P2PBenchConfig:
+    max_new_tokens: int = 64
+    gamma: int = 4
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    repeats: int = 3  # interleaved repetitions; the median is reported
+    draft_deadline_ms: float = 100.0
+    out: Path = Path("bench_out/bench_p2p.json")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = P2PBenchConfig
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--gamma", type=int, default=d.gamma)
+    p.add_argument("--temperatures", type=float, nargs="+", default=list(d.temperatures))
+    p.add_argument("--repeats", type=int, default=d.repeats, help="interleaved repetitions (median)")
+    p.add_argument("--draft-deadline-ms", type=float, default=d.draft_deadline_ms, help="the targets' draft deadline")
+    p.add_argument("--out", type=Path, default=d.out, help="JSON output path")
+
+
+def config_from_args(args: argparse.Namespace) -> P2PBenchConfig:
+    temps = tuple(args.temperatures)
+    return P2PBenchConfig(args.max_new_tokens, args.gamma, temps, args.repeats, args.draft_deadline_ms, args.out)
+
+
+def progress(message: str) -> None:
+    print(f"[bench-p2p {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class TrioThread:
+    """A trio loop in a daemon thread: synchronous code starts services in it and calls into it."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True, name="bench-p2p-trio")
+        self._thread.start()
+        if not self._ready.wait(STARTUP_TIMEOUT_S):
+            raise RuntimeError("the trio loop did not start")
+
+    async def _main(self) -> None:
+        self.token, self._stop = trio.lowlevel.current_trio_token(), trio.Event()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._ready.set()
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    def run(self, afn: Callable[..., Any], *args: Any) -> Any:
+        return trio.from_thread.run(afn, *args, trio_token=self.token)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
+
+    def start(self, service: Callable[..., Any]) -> Any:
+        """Start ``service(task_status=...)`` in the loop; return what it reported."""
+        return self.run(self._nursery.start, service)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            with suppress(trio.RunFinishedError):
+                self.call(self._stop.set)
+            self._thread.join(STOP_TIMEOUT_S)
+
+
+@dataclass
+class DrafterProcess:
+    """A `specmarket drafter` subprocess; its log goes to ``log_path``."""
+
+    strategy: str
+    proc: subprocess.Popen
+    log_path: Path
+    peer_id: str = ""
+
+    @classmethod
+    def spawn(cls, tmp: Path, bootstrap: str, strategy: str, index: int) -> DrafterProcess:
+        name = f"drafter{index}-{strategy}"
+        args = ["--bootstrap", bootstrap, "--strategy", strategy, "--data-dir", str(tmp / name)]
+        cmd = [sys.executable, "-m", "node", "drafter", *args, "--slow-ms", str(SLOW_MS), "--seed", str(index)]
+        with (tmp / f"{name}.log").open("w") as err:
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, **DRAFTER_ENV}
+            )
+        return cls(strategy, proc, tmp / f"{name}.log")
+
+    def wait_registered(self, deadline: float) -> None:
+        assert self.proc.stdout is not None
+        for line in iter(self.proc.stdout.readline, ""):
+            key, _, value = line.strip().partition(": ")
+            if key == "multiaddr":
+                self.peer_id = value.rsplit("/", 1)[-1]
+            elif key == "registered":
+                return
+            if time.monotonic() > deadline:
+                break
+        tail = self.log_path.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"drafter {self.strategy} did not register (exit code {self.proc.poll()}):\n{tail}")
+
+
+def stop_drafters(drafters: Sequence[DrafterProcess]) -> None:
+    """SIGTERM all at once (each withdraws its registration in parallel), then kill the laggards."""
+    for d in drafters:
+        if d.proc.poll() is None:
+            d.proc.send_signal(signal.SIGTERM)
+    for d in drafters:
+        try:
+            d.proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            d.proc.kill()
+            d.proc.wait()
+
+
+@dataclass
+class Market:
+    loop: TrioThread
+    honest: TargetNode
+    hostile: TargetNode
+    drafters: list[DrafterProcess]
+
+    def node(self, mode: str) -> TargetNode | None:
+        return {"p2p_honest": self.honest, "p2p_hostile": self.hostile}.get(mode)
+
+    def snapshot(self, node: TargetNode) -> dict[str, dict]:
+        return self.loop.call(node.registry.snapshot)
+
+
+def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_dir: Path) -> TargetNode:
+    from node.target import TargetConfig, TargetNode  # the libp2p and HTTP stacks, only when benchmarking
+
+    logging.getLogger("libp2p").setLevel(logging.CRITICAL)  # its ERRORs about hostile peers are expected here
+    tcfg = TargetConfig(http="127.0.0.1:0", data_dir=data_dir, gamma=cfg.gamma, draft_deadline_ms=cfg.draft_deadline_ms)
+    node = TargetNode(tcfg, pair)
+    loop.start(node.run)
+    return node
+
+
+def _wait_known(loop: TrioThread, node: TargetNode, n: int, deadline: float) -> None:
+    while loop.call(len, node.registry) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the target knows {loop.call(len, node.registry)} drafters, expected {n}")
+        time.sleep(0.2)
+
+
+@contextmanager
+def running_market(pair: ModelPair, cfg: P2PBenchConfig, tmp: Path) -> Iterator[Market]:
+    """Two targets, one honest and six hostile drafter processes; all stopped on exit (Ctrl-C too)."""
+    loop, nodes, drafters = TrioThread(), [], []
+    try:
+        for name in ("honest", "hostile"):
+            nodes.append(_start_target(loop, pair, cfg, tmp / f"target-{name}"))
+        for i, strategy in enumerate(("honest", *HOSTILE)):
+            drafters.append(DrafterProcess.spawn(tmp, nodes[i > 0].addrs[0], strategy, i))
+        progress(f"started {len(drafters)} drafter processes (OMP_NUM_THREADS=1); waiting for registrations")
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for d in drafters:
+            d.wait_registered(deadline)
+        _wait_known(loop, nodes[0], 1, deadline)
+        _wait_known(loop, nodes[1], len(HOSTILE), deadline)
+        yield Market(loop, nodes[0], nodes[1], drafters)
+    finally:
+        stop_drafters(drafters)
+        loop.close()
+        for node in nodes:
+            node.close()
+
+
+class _TimedLocalProposer(LocalDraftProposer):
+    """The in-process draft model as a JobProposer, timed like the market's proposer."""
+
+    def __init__(self, draft: HFCausalLM) -> None:
+        super().__init__(draft.fork())
+        self.wait_s, self.rounds = 0.0, 0
+
+    def propose(self, context: Sequence[int], **kwargs: Any) -> Proposal:
+        started = time.perf_counter()
+        try:
+            return super().propose(context, **kwargs)
+        finally:
+            self.wait_s, self.rounds = self.wait_s + time.perf_counter() - started, self.rounds + 1
+
+    def finish(self, context: Sequence[int]) -> dict[str, int]:
+        return {}
+
+    def timing(self) -> dict[str, float | int]:
+        return {"draft_rounds": self.rounds, "draft_empty_rounds": 0, "draft_wait_seconds": self.wait_s}
+
+
+class LocalDrafting:
+    """A DraftingBackend with the draft model in-process, so `local` pays the engine's overhead too."""
+
+    def __init__(self, draft: HFCausalLM) -> None:
+        self.draft = draft
+
+    @asynccontextmanager
+    async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator:
+        yield _TimedLocalProposer(self.draft)
+
+
+def _engine_mode(loop: TrioThread, engine: Engine, params: SamplingParams, cfg, texts: dict, sink: list[dict]):
+    def run(ids: list[int], seed: int) -> list[int]:
+        req = CompletionRequest(texts[tuple(ids)], cfg.max_new_tokens, params.temperature, seed=seed)
+        result = loop.run(engine.complete, req)
+        sink.append({**result.stats, "tokens": len(result.tokens)})
+        return list(result.tokens)
+
+    return run
+
+
+def _modes(pair: ModelPair, params: SamplingParams, cfg, market: Market, engines: dict, texts: dict, sinks: dict):
+    modes = {
+        name: _engine_mode(market.loop, engines[name], params, cfg, texts, sinks.setdefault(name, []))
+        for name in ENGINE_MODES
+    }
+    modes["hf_generate"] = _hf_mode(pair, params, cfg, assisted=False, schedule="constant")
+    for name in HF_ASSISTED:
+        modes[name] = _hf_mode(pair, params, cfg, assisted=True, schedule=name.rsplit("_", 1)[-1])
+    return modes
+
+
+def _repeat_record(tps: float, jobs: list[dict] | None, misses: int | None) -> dict:
+    """One repeat of one mode: tok/s, engine stats pooled over its jobs, drafts that missed their round."""
+    record: dict[str, float] = {"tokens_per_second": tps}
+    total = {k: sum(j.get(k, 0) for j in jobs) for k in {k for j in jobs for k in j}} if jobs else {}
+    if total:
+        record["acceptance_rate"] = total["draft_tokens_accepted"] / max(1, total["draft_tokens_proposed"])
+        record["mean_accepted_length"] = total["tokens"] / total["target_passes"]
+        record["target_passes"] = total["target_passes"]
+        if total.get("draft_rounds"):
+            record["draft_wait_ms_per_round"] = 1000 * total["draft_wait_seconds"] / total["draft_rounds"]
+    if misses is not None:
+        record.update(draft_empty_rounds=total.get("draft_empty_rounds", 0), deadline_misses=misses)
+    return record
+
+
+def _summary(records: list[dict]) -> dict:
+    """Medians over the repeats; per-repeat lists of tok/s and of the drafting failures."""
+    row = {"tokens_per_second": round(statistics.median(r["tokens_per_second"] for r in records), 2)}
+    for k in MEDIANS:
+        if values := [r[k] for r in records if k in r]:
+            row[k] = round(statistics.median(values), 4)
+    row.update({f"{k}_per_repeat": [round(r[k], 2) for r in records] for k in PER_REPEAT if k in records[0]})
+    return row
+
+
+def _ratios(rows: dict) -> dict:
+    tps = {name: row["tokens_per_second"] for name, row in rows.items()}
+    ratios = {
+        "p2p_honest_vs_best_hf_assisted": tps["p2p_honest"] / max(tps[h] for h in HF_ASSISTED),
+        "p2p_honest_vs_local": tps["p2p_honest"] / tps["local"],
+        "p2p_hostile_vs_plain": tps["p2p_hostile"] / tps["plain"],
+    }
+    return {k: round(v, 3) for k, v in ratios.items()}
+
+
+def _first_job(jobs: dict[str, list[dict]]) -> dict:
+    """The first hostile job of a temperature block against plain decoding of the same prompt and seed."""
+    hostile, plain = jobs["p2p_hostile"][0], jobs["plain"][0]
+    keys = ("wall_seconds", "draft_rounds", "draft_empty_rounds", "draft_wait_seconds")
+    return {
+        **{k: hostile.get(k, 0) for k in keys},
+        "plain_wall_seconds": plain["wall_seconds"],
+        "slowdown_vs_plain": round(hostile["wall_seconds"] / plain["wall_seconds"], 3),
+    }
+
+
+def _timeouts(market: Market, mode: str) -> int | None:
+    """Drafts that missed their round, as the mode's target counted them (None: not a p2p mode)."""
+    node = market.node(mode)
+    return None if node is None else sum(row["timeouts"] for row in market.snapshot(node).values())
+
+
+def _run_repeats(prompts: list[list[int]], cfg: P2PBenchConfig, market: Market, modes: dict, sinks: dict) -> dict:
+    records: dict[str, list[dict]] = {name: [] for name in modes}
+    identical, mismatches, first_job = dict.fromkeys(CHECKED, 0), [], {}
+    for r in range(cfg.repeats):
+        outputs = {}
+        for name, fn in modes.items():  # interleaved, so drift in machine speed hits every mode alike
+            progress(f"repeat {r + 1}/{cfg.repeats}: {name}")
+            jobs, timeouts = sinks.get(name), _timeouts(market, name)
+            if jobs is not None:
+                jobs.clear()
+            tps, outputs[name] = _time_runs(fn, prompts)
+            misses = None if timeouts is None else _timeouts(market, name) - timeouts
+            records[name].append(_repeat_record(tps, jobs, misses))
+        first_job = first_job or _first_job(sinks)
+        for name in CHECKED:
+            for i, (got, want) in enumerate(zip(outputs[name], outputs["plain"], strict=True)):
+                identical[name] += got == want
+                if got != want:
+                    mismatches.append({"mode": name, "repeat": r, "prompt": i, "got": got, "plain": want})
+    identical = {name: f"{n}/{cfg.repeats * len(prompts)}" for name, n in identical.items()}
+    return {"records": records, "identical_to_plain": identical, "mismatches": mismatches, "first_job": first_job}
+
+
+def bench_temperature(
+    pair: ModelPair, prompts: list[list[int]], cfg: P2PBenchConfig, market: Market, engines: dict, temperature: float
+) -> dict:
+    progress(f"T={temperature}")
+    texts = {tuple(ids): text for ids, text in zip(prompts, BENCH_PROMPTS, strict=True)}
+    params, sinks = SamplingParams(temperature=temperature), {}
+    modes = _modes(pair, params, cfg, market, engines, texts, sinks)
+    for name, fn in modes.items():
+        if name != "p2p_hostile":  # hostile drafters are measured from their first job
+            fn(prompts[0], 0)  # warm-up
+    run = _run_repeats(prompts, cfg, market, modes, sinks)
+    rows = {name: _summary(recs) for name, recs in run.pop("records").items()}
+    for row in rows.values():
+        row["speedup_vs_plain"] = round(row["tokens_per_second"] / rows["plain"]["tokens_per_second"], 3)
+    ratios = _ratios(rows)
+    aims = {k: {"aim": aim, "ratio": ratios[k], "met": ratios[k] >= aim} for k, aim in AIMS.items()}
+    market_now = market_snapshot(market, market.hostile)
+    return {"temperature": temperature, "modes": rows, "ratios": ratios, "aims": aims, **run, "hostile": market_now}
+
+
+def market_snapshot(market: Market, node: TargetNode) -> dict:
+    """Per drafter (by strategy) what the target's registry knows, and how many were benched."""
+    strategy = {d.peer_id: d.strategy for d in market.drafters}
+    rows = {
+        strategy.get(p, p): {k: v for k, v in row.items() if k not in SNAPSHOT_DROPPED}
+        for p, row in market.snapshot(node).items()
+    }
+    benched = sum(r["bench_count"] > 0 for r in rows.values())
+    return {"drafters": rows, "benched_at_least_once": benched, "benched_now": sum(r["benched"] for r in rows.values())}
+
+
+def _cell(value: object) -> str:
+    return "/".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _print_temperature(t: dict, cfg: P2PBenchConfig) -> None:
+    print(f"\nT={t['temperature']}  (γ={cfg.gamma}, draft deadline {cfg.draft_deadline_ms:g} ms)")
+    cols = {"tokens_per_second": ("tok/s", 9), "speedup_vs_plain": ("vs plain", 10), "acceptance_rate": ("accept", 9)}
+    cols |= {"mean_accepted_length": ("tok/pass", 10), "target_passes": ("passes", 8)}
+    cols |= {"draft_wait_ms_per_round": ("wait ms/rnd", 13), "draft_empty_rounds_per_repeat": ("empty rnds", 14)}
+    cols |= {"deadline_misses_per_repeat": ("misses", 12)}
+    print(f"  {'mode':<24}" + "".join(f"{title:>{width}}" for title, width in cols.values()))
+    for name, row in t["modes"].items():
+        print(f"  {name:<24}" + "".join(f"{_cell(row.get(k, '')):>{w}}" for k, (_, w) in cols.items()))
+    print("  identical to plain: " + ", ".join(f"{k} {v}" for k, v in t["identical_to_plain"].items()))
+    for name, value in t["ratios"].items():
+        aim = t["aims"].get(name)
+        verdict = f"  (aim ≥ {aim['aim']}: {'met' if aim['met'] else 'NOT met'})" if aim else ""
+        print(f"  {name.replace('_vs_', ' / ')}: {value}{verdict}")
+    f, m = t["first_job"], t["hostile"]
+    print(
+        f"  hostile first job: {f['wall_seconds']} s vs plain {f['plain_wall_seconds']} s (×{f['slowdown_vs_plain']}),"
+        f" {f['draft_rounds']} rounds, {f['draft_empty_rounds']} empty, {f['draft_wait_seconds']} s waiting;"
+        f" {m['benched_at_least_once']}/{len(m['drafters'])} hostile drafters benched so far, {m['benched_now']} now"
+    )
+
+
+def _print_report(report: dict, cfg: P2PBenchConfig) -> None:
+    c = report["costs"]
+    print(
+        f"\ncosts: t_target(1)={c['t_target_1_ms']:.2f} ms  t_target(γ+1)={c['t_target_gamma1_ms']:.2f} ms  "
+        f"t_draft(1)={c['t_draft_1_ms']:.2f} ms; target torch threads {report['target_torch_threads']}, drafter "
+        f"processes OMP_NUM_THREADS={DRAFTER_ENV['OMP_NUM_THREADS']}; load average at start {report['load_average']}"
+    )
+    for t in report["temperatures"]:
+        _print_temperature(t, cfg)
+    print("\nhostile drafters at the end: jobs, rounds in time, timeouts, errors, benches, last reason")
+    for name, r in report["market"]["hostile"]["drafters"].items():
+        reason = r["bench_reason"] or r["last_error"]
+        row = f"{r['jobs']:>4}{r['rounds']:>6}{r['timeouts']:>4}{r['errors']:>4}{r['bench_count']:>3}"
+        print(f"  {name:<12}{row}  {reason[:70]}")
+    honest = report["market"]["honest"]["drafters"].get("honest", {})
+    print(f"honest drafter: latency EWMA {honest.get('latency_ms')} ms, benches {honest.get('bench_count')}")
+    print(f"\nwall time {report['wall_seconds']:.0f} s")
+
+
+def _engines(pair: ModelPair, cfg: P2PBenchConfig, market: Market) -> dict[str, Engine]:
+    return {
+        "plain": Engine(pair, model_name="bench-plain", gamma=cfg.gamma, drafting=None),
+        "local": Engine(pair, model_name="bench-local", gamma=cfg.gamma, drafting=LocalDrafting(pair.draft)),
+        "p2p_honest": market.honest.engine,
+        "p2p_hostile": market.hostile.engine,
+    }
+
+
+def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
+    started, load = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
+    torch.set_num_threads(2)
+    pair = load_pair()
+    prompts = [encode_prompt(pair.tokenizer, p) for p in BENCH_PROMPTS]
+    costs = measure_costs(pair, cfg.gamma)
+    with tempfile.TemporaryDirectory(prefix="bench_p2p_") as tmp, running_market(pair, cfg, Path(tmp)) as market:
+        engines = _engines(pair, cfg, market)
+        temps = [bench_temperature(pair, prompts, cfg, market, engines, t) for t in cfg.temperatures]
+        snapshots = {name: market_snapshot(market, getattr(market, name)) for name in ("honest", "hostile")}
+        progress("stopping drafters and targets")
+    report = {
+        **{k: v for k, v in vars(cfg).items() if k != "out"},
+        "prompts": len(prompts),
+        "max_drafters": market.hostile.cfg.max_drafters,
+        "hostile_strategies": list(HOSTILE),
+        "slow_ms": SLOW_MS,
+        "drafter_env": DRAFTER_ENV,
+        "target_torch_threads": torch.get_num_threads(),
+        "load_average": load,
+        "costs": {k: round(v, 4) for k, v in costs.items()},
+        "temperatures": temps,
+        "market": snapshots,
+        "wall_seconds": round(time.perf_counter() - started, 1),
+    }
+    _print_report(report, cfg)
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    cfg.out.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {cfg.out}")
+    mismatches = [(t["temperature"], m["mode"], m["repeat"], m["prompt"]) for t in temps for m in t["mismatches"]]
+    if mismatches:
+        raise AssertionError(f"speculative output differs from plain decoding (T, mode, repeat, prompt): {mismatches}")
+    return report
