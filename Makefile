@@ -29,6 +29,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python scripts/bench_local.py
+	$(BIN)/python scripts/bench_p2p.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache demo_out bench_out

@@ -34,6 +34,7 @@ from node.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, m
 from node.engine import CompletionRequest, Engine
 from node.generate import encode_prompt
 from node.models import HFCausalLM, ModelPair, load_pair
+from node.trio_thread import TrioThread
 from verifier.params import SamplingParams
 from verifier.proposal import Proposal
 from verifier.proposers import LocalDraftProposer
@@ -85,39 +86,25 @@ def progress(message: str) -> None:
     print(f"[bench-p2p {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-class TrioThread:
-    """A trio loop in a daemon thread: synchronous code starts services in it and calls into it."""
+def _call(loop: TrioThread, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on the loop's thread (the registry is the trio loop's to read)."""
+    return trio.from_thread.run_sync(fn, *args, trio_token=loop.token)
 
-    def __init__(self) -> None:
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True, name="bench-p2p-trio")
-        self._thread.start()
-        if not self._ready.wait(STARTUP_TIMEOUT_S):
-            raise RuntimeError("the trio loop did not start")
 
-    async def _main(self) -> None:
-        self.token, self._stop = trio.lowlevel.current_trio_token(), trio.Event()
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self._ready.set()
-            await self._stop.wait()
-            nursery.cancel_scope.cancel()
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt like Ctrl-C does, so the drafter processes get stopped."""
 
-    def run(self, afn: Callable[..., Any], *args: Any) -> Any:
-        return trio.from_thread.run(afn, *args, trio_token=self.token)
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
 
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
-
-    def start(self, service: Callable[..., Any]) -> Any:
-        """Start ``service(task_status=...)`` in the loop; return what it reported."""
-        return self.run(self._nursery.start, service)
-
-    def close(self) -> None:
-        if self._thread.is_alive():
-            with suppress(trio.RunFinishedError):
-                self.call(self._stop.set)
-            self._thread.join(STOP_TIMEOUT_S)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, interrupt) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass
@@ -178,7 +165,7 @@ class Market:
         return {"p2p_honest": self.honest, "p2p_hostile": self.hostile}.get(mode)
 
     def snapshot(self, node: TargetNode) -> dict[str, dict]:
-        return self.loop.call(node.registry.snapshot)
+        return _call(self.loop, node.registry.snapshot)
 
 
 def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_dir: Path) -> TargetNode:
@@ -192,9 +179,9 @@ def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_d
 
 
 def _wait_known(loop: TrioThread, node: TargetNode, n: int, deadline: float) -> None:
-    while loop.call(len, node.registry) < n:
+    while (known := _call(loop, len, node.registry)) < n:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the target knows {loop.call(len, node.registry)} drafters, expected {n}")
+            raise RuntimeError(f"the target knows {known} drafters, expected {n}")
         time.sleep(0.2)
 
 
@@ -216,7 +203,8 @@ def running_market(pair: ModelPair, cfg: P2PBenchConfig, tmp: Path) -> Iterator[
         yield Market(loop, nodes[0], nodes[1], drafters)
     finally:
         stop_drafters(drafters)
-        loop.close()
+        with suppress(trio.RunFinishedError):  # the loop died with an error: it is already closed
+            loop.close()
         for node in nodes:
             node.close()
 
@@ -411,7 +399,8 @@ def _print_report(report: dict, cfg: P2PBenchConfig) -> None:
     print(
         f"\ncosts: t_target(1)={c['t_target_1_ms']:.2f} ms  t_target(γ+1)={c['t_target_gamma1_ms']:.2f} ms  "
         f"t_draft(1)={c['t_draft_1_ms']:.2f} ms; target torch threads {report['target_torch_threads']}, drafter "
-        f"processes OMP_NUM_THREADS={DRAFTER_ENV['OMP_NUM_THREADS']}; load average at start {report['load_average']}"
+        f"processes OMP_NUM_THREADS={DRAFTER_ENV['OMP_NUM_THREADS']}; OMP_WAIT_POLICY {report['omp_wait_policy']}; "
+        f"load average at start {report['load_average']}"
     )
     for t in report["temperatures"]:
         _print_temperature(t, cfg)
@@ -440,7 +429,11 @@ def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
     pair = load_pair()
     prompts = [encode_prompt(pair.tokenizer, p) for p in BENCH_PROMPTS]
     costs = measure_costs(pair, cfg.gamma)
-    with tempfile.TemporaryDirectory(prefix="bench_p2p_") as tmp, running_market(pair, cfg, Path(tmp)) as market:
+    with (
+        _sigterm_unwinds(),
+        tempfile.TemporaryDirectory(prefix="bench_p2p_") as tmp,
+        running_market(pair, cfg, Path(tmp)) as market,
+    ):
         engines = _engines(pair, cfg, market)
         temps = [bench_temperature(pair, prompts, cfg, market, engines, t) for t in cfg.temperatures]
         snapshots = {name: market_snapshot(market, getattr(market, name)) for name in ("honest", "hostile")}
@@ -454,6 +447,7 @@ def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
         "drafter_env": DRAFTER_ENV,
         "target_torch_threads": torch.get_num_threads(),
         "load_average": load,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (spinning)"),
         "costs": {k: round(v, 4) for k, v in costs.items()},
         "temperatures": temps,
         "market": snapshots,

@@ -2,6 +2,12 @@
 """Benchmark speculative decoding with drafter peers over libp2p (honest, hostile-only) against plain,
 local speculative and HF assisted generation, in one run. See `--help`."""
 
+import os
+
+# Before torch loads OpenMP: with the default (spinning) wait policy, two torch threads sharing two
+# cores with any other busy process slow HF assisted generation down up to 8x on this machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import logging
 import sys
