@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -71,7 +71,7 @@ class DraftSession:
     proposer: Proposer
     behaviour: Behaviour
     drafts_sent: int = 0
-    garbage_index: int = field(default=0)
+    garbage_index: int = 0
 
     def advance(self, msg: Advance) -> None:
         if msg.job != self.job:
@@ -117,7 +117,7 @@ class DrafterNode:
             with trio.fail_after(SEND_TIMEOUT_S):
                 await fs.stream.write(encode_uvarint(len(body)) + body)
             return
-        if session.context and len(session.context) + session.gamma > self.model.max_positions:
+        if len(session.context) + session.gamma > self.model.max_positions:
             draft = Draft(session.job, session.k, ())  # out of room: an empty draft is still a valid answer
         else:
             draft = await trio.to_thread.run_sync(session.draft)

@@ -97,6 +97,9 @@ class MarketProposer:
         return trio.from_thread.run(self._round, list(context), start, gamma)
 
     # -- trio side ----------------------------------------------------------------------------
+    def _by_peer(self) -> dict[str, RemoteSession]:
+        return {s.peer_id: s for s in self.sessions}
+
     def live(self) -> list[RemoteSession]:
         return [s for s in self.sessions if s.alive]
 
@@ -134,7 +137,7 @@ class MarketProposer:
 
     async def _wait_for_drafts(self, ranked: list[str]) -> None:
         """Until the best-ranked live drafter has answered, all have, or the deadline passes."""
-        by_peer = {s.peer_id: s for s in self.sessions}
+        by_peer = self._by_peer()
         with trio.move_on_after(self.deadline_s):
             while True:
                 live = [by_peer[p] for p in ranked if by_peer[p].alive]
@@ -144,7 +147,7 @@ class MarketProposer:
                 await self.round.changed.wait()
 
     def _choose(self, ranked: list[str], gamma: int) -> Proposal:
-        by_peer = {s.peer_id: s for s in self.sessions}
+        by_peer = self._by_peer()
         self.round.closed = True
         for session in self.live():
             if session.pending is None:
