@@ -73,8 +73,9 @@ def assert_misbehaviour_seen(strategy: str, stats: dict) -> None:
     elif strategy in ("garbage", "flaky"):
         assert stats["errors"] >= 1, stats
     else:  # random, adversarial, lying: well-formed drafts that (almost) never match
-        assert stats["lifetime_proposed"] > 0, stats
-        assert stats["lifetime_matched"] <= 0.2 * stats["lifetime_proposed"], stats
+        # among faster drafters its draft may lose every race to the round's close: that is a miss
+        assert stats["lifetime_proposed"] > 0 or stats["timeouts"] >= 1, stats
+        assert stats["lifetime_matched"] <= 0.2 * max(stats["lifetime_proposed"], 1), stats
 
 
 @pytest.mark.parametrize("strategy", HOSTILE)
