@@ -8,6 +8,7 @@ import logging
 import sys
 from pathlib import Path
 
+from node.cli_chain import add_chain_commands
 from node.cli_market import add_market_commands
 from node.config import resolve
 from node.generate import DEFAULT_GAMMA, DRAFTERS, GenerateConfig, generate
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_bench_p2p(sub)
     add_market_commands(sub)
+    add_chain_commands(sub)
     return parser
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import trio
 
+from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR
+from node.chain.operator import Cheat
 from node.config import resolve
 from node.generate import DEFAULT_GAMMA
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -29,6 +31,11 @@ TARGET_DEFAULTS = {
     "draft_deadline_ms": 100.0,
     "max_drafters": 4,
     "target_model": str(DEFAULT_TARGET),
+    "chain": None,
+    "deployments": str(DEFAULT_DEPLOYMENTS_DIR),
+    "operator_key": None,
+    "bond": None,
+    "cheat": "none",
 }
 DRAFTER_DEFAULTS = {
     "bootstrap": None,
@@ -98,8 +105,39 @@ def _add_target(sub) -> None:
     p.add_argument("--draft-deadline-ms", type=float, help="longest wait for a draft per round (default 100)")
     p.add_argument("--max-drafters", type=int, help="drafters asked per job; 0 = plain decoding (default 4)")
     p.add_argument("--target-model", help="local HF model directory (default: shipped models/target)")
+    p.add_argument(
+        "--chain",
+        metavar="RPC_URL",
+        help="bond on this chain and sign a receipt for every answer (e.g. http://127.0.0.1:8545; default: unbonded)",
+    )
+    p.add_argument("--deployments", help="folder of deployments/<chainId>.json (default: the repo's deployments/)")
+    p.add_argument("--operator-key", help="operator private key file, created 0600 if missing (default: DATA_DIR/keys)")
+    p.add_argument("--bond", help="bond in ETH, registered or topped up to at start (default: the contract's minimum)")
+    p.add_argument(
+        "--cheat",
+        choices=[c.value for c in Cheat],
+        help="a DISHONEST operator for tests and demos: answer with the draft model, or flip one token (default none)",
+    )
     p.add_argument("--config", type=Path, help="TOML file whose [target] table supplies defaults")
     p.set_defaults(func=_cmd_target)
+
+
+def _operator_config(o: dict, data_dir: Path):
+    from node.chain.deployment import parse_ether
+    from node.chain.operator import OperatorConfig
+    from verifier.errors import InvalidParams
+
+    if o["cheat"] != "none" and not o["chain"]:
+        raise InvalidParams("--cheat only makes sense for a bonded node: add --chain RPC_URL")
+    if not o["chain"]:
+        return None
+    return OperatorConfig(
+        rpc=o["chain"],
+        deployments_dir=Path(o["deployments"]),
+        key_file=Path(o["operator_key"] or data_dir / "keys" / "operator.key"),
+        bond_wei=parse_ether(o["bond"]) if o["bond"] is not None else None,
+        cheat=Cheat(o["cheat"]),
+    )
 
 
 def _cmd_target(args: argparse.Namespace) -> int:
@@ -107,14 +145,16 @@ def _cmd_target(args: argparse.Namespace) -> int:
 
     _node_logging(args.verbose)
     o = resolve(args, "target", TARGET_DEFAULTS)
+    data_dir = Path(o["data_dir"] or default_data_dir("target"))
     cfg = TargetConfig(
         listen=o["listen"],
         http=o["http"],
-        data_dir=Path(o["data_dir"] or default_data_dir("target")),
+        data_dir=data_dir,
         gamma=int(o["gamma"]),
         draft_deadline_ms=float(o["draft_deadline_ms"]),
         max_drafters=int(o["max_drafters"]),
         target_model=Path(o["target_model"]),
+        operator=_operator_config(o, data_dir),
     )
     node = TargetNode(cfg)
 
@@ -198,6 +238,9 @@ def _add_ask(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
     p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy (default 1)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus mass in (0, 1] (default 1)")
+    p.add_argument(
+        "--receipt-out", type=Path, help="save the answer's signed receipt here (for `specmarket challenge`)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
     p.set_defaults(func=_cmd_ask)
 
@@ -222,9 +265,12 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         )
     else:
         summary = trio.run(_ask_p2p, args, on_text)
+    receipt_line = _check_receipt(summary, args.receipt_out)
     if args.json:
         print(json.dumps(summary))
     else:
+        if receipt_line:
+            print(receipt_line, file=sys.stderr)
         print(file=sys.stdout)
         s = summary.get("stats", {})
         print(
@@ -246,7 +292,28 @@ async def _ask_p2p(args: argparse.Namespace, on_text) -> dict:
         "seed": done.seed,
         "stats": done.stats,
         "credits": done.credits,
+        "receipt": json.loads(done.receipt) if done.receipt else None,
     }
+
+
+def _check_receipt(summary: dict, out: Path | None) -> str:
+    """Verify the answer's receipt (signature, hashes, and that it covers the tokens received);
+    save it to ``out``. Returns a line for the user ("" when the node is not bonded)."""
+    from node.chain.receipts import ReceiptError, SignedReceipt
+
+    data = summary.get("receipt")
+    if data is None:
+        if out is not None:
+            raise ReceiptError("the target sent no receipt (it is not bonded), so there is nothing to save")
+        return ""
+    signed = SignedReceipt.from_json(data)
+    signed.check()
+    if list(signed.output) != list(summary.get("tokens", [])):
+        raise ReceiptError("the receipt does not cover the tokens received")
+    if out is not None:
+        out.write_text(signed.dumps() + "\n")
+    saved = f", saved to {out}" if out is not None else ""
+    return f"[receipt signed by operator {signed.receipt.operator} on chain {signed.domain.chain_id}{saved}]"
 
 
 def add_market_commands(sub) -> None:

@@ -20,9 +20,11 @@ from typing import Protocol
 
 import trio
 
+from node.chain.operator import Cheat, Operator
+from node.chain.receipts import RequestSpec, SignedReceipt
 from node.generate import check_fits, encode_prompt
 from node.models import ModelPair
-from verifier.decode import DecodeResult, Proposer, decode_plain, decode_speculative
+from verifier.decode import DecodeResult, DecodeStats, Proposer, decode_plain, decode_speculative
 from verifier.errors import InvalidParams
 from verifier.params import SamplingParams
 
@@ -71,6 +73,7 @@ class CompletionResult:
     finish_reason: str  # "length" | "stop"
     stats: dict[str, float | int]
     credits: dict[str, int]  # drafter peer id -> draft tokens of its that were accepted
+    receipt: dict | None = None  # the operator's signed receipt (SignedReceipt.to_json), if bonded
 
 
 ChunkSink = Callable[[tuple[int, ...], str], Awaitable[None]]
@@ -157,12 +160,38 @@ def _sole(group: BaseExceptionGroup) -> BaseException:
     return leaves[0] if len(leaves) == 1 else group
 
 
-class Engine:
-    """Serves completions from one target model; thread-safe across concurrent jobs."""
+def flip_tokens(tokens: Sequence[int], offset: int, position: int, vocab_size: int) -> tuple[int, ...]:
+    """Cheat.FLIP_TOKEN: ``tokens`` (starting at output index ``offset``) with the one at ``position``
+    replaced by the next id."""
+    out = list(tokens)
+    if offset <= position < offset + len(out):
+        out[position - offset] = (out[position - offset] + 1) % vocab_size
+    return tuple(out)
 
-    def __init__(self, pair: ModelPair, *, model_name: str, gamma: int, drafting: DraftingBackend | None = None):
+
+class Engine:
+    """Serves completions from one target model; thread-safe across concurrent jobs.
+
+    With an ``operator`` every answer carries a signed receipt, and a request answered before is
+    answered again from the receipt store (never signed twice). ``cheat`` makes it dishonest.
+    """
+
+    def __init__(
+        self,
+        pair: ModelPair,
+        *,
+        model_name: str,
+        gamma: int,
+        drafting: DraftingBackend | None = None,
+        operator: Operator | None = None,
+        cheat: Cheat = Cheat.NONE,
+    ):
         if not 1 <= gamma <= 16:
             raise InvalidParams(f"gamma must be in [1, 16], got {gamma}")
+        if cheat is Cheat.DRAFT_MODEL and pair.draft is None:
+            raise InvalidParams("--cheat draft-model needs the draft model loaded")
+        self.operator = operator
+        self.cheat = cheat
         self.pair = pair
         self.model_name = model_name
         self.gamma = gamma
@@ -175,23 +204,50 @@ class Engine:
             return _no_drafting(job_id, params, seed, self.gamma)
         return self.drafting.job(job_id, params, seed, self.gamma)
 
-    def _decode(self, proposer: Proposer | None, prompt: list[int], req: CompletionRequest, seed: int, on_token):
+    def _decode(self, proposer: Proposer | None, spec: RequestSpec, on_token) -> DecodeResult:
         target = self.pair.target.fork()  # shared weights, this job's own KV cache
-        common = dict(params=req.params, seed=seed, max_new_tokens=req.max_tokens, on_token=on_token)
+        if self.cheat is Cheat.DRAFT_MODEL:  # the cheap model answers, the receipt will claim the target
+            target, proposer = self.pair.draft.fork(), None
+        if self.cheat is Cheat.FLIP_TOKEN and on_token is not None:
+            on_token = self._flipping(on_token, spec.max_tokens // 2)
+        common = dict(params=spec.params, seed=spec.seed, max_new_tokens=spec.max_tokens, on_token=on_token)
+        prompt = list(spec.prompt)
         if proposer is None:
-            return decode_plain(target, prompt, stop_token=self.stop_token, **common)
-        return decode_speculative(target, proposer, prompt, gamma=self.gamma, stop_token=self.stop_token, **common)
+            result = decode_plain(target, prompt, stop_token=self.stop_token, **common)
+        else:
+            result = decode_speculative(
+                target, proposer, prompt, gamma=self.gamma, stop_token=self.stop_token, **common
+            )
+        if self.cheat is Cheat.FLIP_TOKEN:
+            flipped = flip_tokens(result.tokens, 0, spec.max_tokens // 2, self.pair.target.vocab_size)
+            result = DecodeResult(flipped, result.stats)
+        return result
+
+    def _flipping(self, on_token, position: int):
+        emitted = 0
+
+        def flipping_on_token(tokens: Sequence[int]) -> None:
+            nonlocal emitted
+            on_token(flip_tokens(tokens, emitted, position, self.pair.target.vocab_size))
+            emitted += len(tokens)
+
+        return flipping_on_token
 
     async def complete(self, req: CompletionRequest, on_chunk: ChunkSink | None = None) -> CompletionResult:
         """Run one job. ``on_chunk(tokens, text)`` is awaited in order for every verified chunk."""
         prompt = encode_prompt(self.pair.tokenizer, req.prompt)
         check_fits(self.pair, len(prompt), req.max_tokens)
         seed = req.seed if req.seed is not None else secrets.randbelow(DRAWN_SEED_BOUND)
+        # temperature and top-p in millionths, exactly as the receipt will name them
+        spec = RequestSpec.build(prompt, req.params, seed, req.max_tokens)
         job_id = secrets.token_hex(8)
         self.counters.requests += 1
         self.counters.active_jobs += 1
         try:
-            return await self._run_job(job_id, prompt, req, seed, on_chunk)
+            stored = self.operator.lookup(spec) if self.operator is not None else None
+            if stored is not None:
+                return await self._replay(job_id, stored, on_chunk)
+            return await self._run_job(job_id, spec, on_chunk)
         except BaseExceptionGroup as group:  # trio's nurseries wrap; callers want the one real error
             self.counters.requests_failed += 1
             raise _sole(group) from None
@@ -201,7 +257,17 @@ class Engine:
         finally:
             self.counters.active_jobs -= 1
 
-    async def _run_job(self, job_id: str, prompt: list[int], req: CompletionRequest, seed: int, on_chunk):
+    async def _replay(self, job_id: str, stored: SignedReceipt, on_chunk) -> CompletionResult:
+        """A request this operator answered before: the same answer and receipt, no decoding."""
+        log.info("job %s: request answered before; replaying its receipted answer", job_id)
+        text = self.pair.tokenizer.decode(list(stored.output))
+        if on_chunk is not None:
+            await on_chunk(stored.output, text)
+        result = DecodeResult(stored.output, DecodeStats())
+        stats = {**result.stats.to_dict(), "replayed": 1}
+        return self._result(job_id, stored.request, result, {}, stats, stored)
+
+    async def _run_job(self, job_id: str, spec: RequestSpec, on_chunk):
         text = TextStream(self.pair.tokenizer)
         send, receive = trio.open_memory_channel[tuple[int, ...]](math.inf)
 
@@ -216,35 +282,46 @@ class Engine:
                     await on_chunk(tokens, delta)
 
         started = time.perf_counter()
-        async with self._job_context(job_id, req.params, seed) as proposer, trio.open_nursery() as nursery:
+        async with self._job_context(job_id, spec.params, spec.seed) as proposer, trio.open_nursery() as nursery:
             nursery.start_soon(forward_chunks)
             try:
-                result = await trio.to_thread.run_sync(self._decode, proposer, prompt, req, seed, on_token)
+                result = await trio.to_thread.run_sync(self._decode, proposer, spec, on_token)
             finally:
                 send.close()
-            credits = proposer.finish([*prompt, *result.tokens]) if proposer is not None else {}
+            credits = proposer.finish([*spec.prompt, *result.tokens]) if proposer is not None else {}
             timing = proposer.timing() if proposer is not None else {}
         tail = text.flush()
         if tail and on_chunk is not None:
             await on_chunk((), tail)
-        return self._result(job_id, prompt, req, seed, result, credits, timing, time.perf_counter() - started)
+        wall = time.perf_counter() - started
+        stats = {**result.stats.to_dict(), **timing, "wall_seconds": round(wall, 4)}
+        stats["tokens_per_second"] = round(len(result.tokens) / wall, 2) if wall > 0 else 0.0
+        signed = await trio.to_thread.run_sync(self._sign, spec, result.tokens)
+        return self._result(job_id, spec, result, credits, stats, signed)
+
+    def _sign(self, spec: RequestSpec, tokens: tuple[int, ...]) -> SignedReceipt | None:
+        if self.operator is None:
+            return None
+        signed = self.operator.sign(spec, tokens)
+        if signed.output != tokens:  # an identical request finished first: its answer stands
+            log.warning("an identical request was answered concurrently; returning that receipted answer")
+        return signed
 
     def _result(
-        self, job_id, prompt, req, seed, result: DecodeResult, credits, timing, wall: float
+        self, job_id, spec: RequestSpec, result: DecodeResult, credits, stats, signed: SignedReceipt | None
     ) -> CompletionResult:
         self.counters.add(result)
-        stats = {**result.stats.to_dict(), **timing}
-        stats["wall_seconds"] = round(wall, 4)
-        stats["tokens_per_second"] = round(len(result.tokens) / wall, 2) if wall > 0 else 0.0
-        stopped = self.stop_token is not None and result.tokens[-1:] == (self.stop_token,)
-        log.info("job %s: %d tokens in %.3f s, %s", job_id, len(result.tokens), wall, stats)
+        tokens = signed.output if signed is not None else result.tokens
+        stopped = self.stop_token is not None and tokens[-1:] == (self.stop_token,)
+        log.info("job %s: %d tokens, %s", job_id, len(tokens), stats)
         return CompletionResult(
             job=job_id,
-            text=self.pair.tokenizer.decode(list(result.tokens)),
-            tokens=result.tokens,
-            prompt_tokens=tuple(prompt),
-            seed=seed,
+            text=self.pair.tokenizer.decode(list(tokens)),
+            tokens=tokens,
+            prompt_tokens=spec.prompt,
+            seed=spec.seed,
             finish_reason="stop" if stopped else "length",
             stats=stats,
             credits=credits,
+            receipt=signed.to_json() if signed is not None else None,
         )

@@ -211,6 +211,7 @@ def extension(result: CompletionResult) -> dict[str, Any]:
         "seed": result.seed,
         "stats": dict(result.stats),
         "credits": dict(result.credits),
+        "receipt": result.receipt,  # the operator's signed receipt (null when the node is not bonded)
     }
 
 

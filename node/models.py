@@ -116,3 +116,16 @@ def load_pair(target_dir: Path | str = DEFAULT_TARGET, draft_dir: Path | str | N
                 f"the target's vocabulary (vocab {target.vocab_size}, tokenizer {fingerprint[:12]})"
             )
     return ModelPair(target, draft, tokenizer, fingerprint)
+
+
+def model_hash(path: Path | str) -> bytes:
+    """The 32-byte model commitment an operator bonds and signs receipts for: sha256 over the sorted
+    ``name sha256(file)`` lines of every file in the model directory (weights, config, tokenizer)."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"model directory {path} has no config.json")
+    lines = []
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        lines.append(f"{file.relative_to(path).as_posix()} {digest}\n")
+    return hashlib.sha256("".join(lines).encode()).digest()

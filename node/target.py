@@ -5,6 +5,7 @@ passes run in worker threads, one KV cache per job on shared weights.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +16,12 @@ from libp2p.abc import INetStream
 from market.ledger import Ledger
 from market.policy import Policy, PolicyConfig
 from market.registry import Registry
+from node.chain.operator import Cheat, Operator, OperatorConfig, open_operator
 from node.drafting import DraftingConfig, MarketDrafting
 from node.engine import CompletionRequest, Engine
 from node.generate import DEFAULT_GAMMA
 from node.http_api import build_app, serve_http
-from node.models import DEFAULT_TARGET, ModelPair, load_pair
+from node.models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, load_pair
 from p2p.discovery import RendezvousPoint, drafter_namespace
 from p2p.framing import FrameStream, StreamFailed
 from p2p.host import peer_addrs, running_host
@@ -44,6 +46,8 @@ class TargetConfig:
     draft_deadline_ms: float = 100.0
     max_drafters: int = 4
     target_model: Path = DEFAULT_TARGET
+    draft_model: Path = DEFAULT_DRAFT  # loaded only for --cheat draft-model
+    operator: OperatorConfig | None = None  # None: an unbonded node (no receipts)
 
     def __post_init__(self) -> None:
         if not 1 <= self.gamma <= 16:
@@ -65,7 +69,8 @@ class TargetConfig:
 class TargetNode:
     def __init__(self, cfg: TargetConfig, pair: ModelPair | None = None) -> None:
         self.cfg = cfg
-        self.pair = pair or load_pair(cfg.target_model, None)
+        cheat = cfg.operator.cheat if cfg.operator is not None else Cheat.NONE
+        self.pair = pair or load_pair(cfg.target_model, cfg.draft_model if cheat is Cheat.DRAFT_MODEL else None)
         self.pair.target.fork().extend([self.pair.tokenizer.eos_token_id] * (cfg.gamma + 1))  # warm up
         self.registry = Registry()
         # 32 tokens judge a drafter: an honest one (per-token match ~0.5-0.7) matches nothing in 8 rounds
@@ -75,6 +80,7 @@ class TargetNode:
         )
         self.ledger = Ledger(Path(cfg.data_dir) / LEDGER_FILE)
         self.engine: Engine | None = None
+        self.operator: Operator | None = None
         self.addrs: list[str] = []
 
     def status(self) -> dict:
@@ -82,10 +88,14 @@ class TargetNode:
         drafters = self.registry.snapshot()  # drafters in the market now
         for peer, row in drafters.items():
             row["credited_tokens"] = self.ledger.get(peer).accepted  # lifetime, from the ledger
+        op = self.operator
         return {
             "peer_id": self.addrs[0].rsplit("/", 1)[-1] if self.addrs else None,
             "multiaddrs": self.addrs,
             "drafters": drafters,
+            "operator": None
+            if op is None
+            else {"address": op.address, "contract": op.client.address, "chain_id": op.client.domain.chain_id},
         }
 
     async def handle_generate(self, stream: INetStream) -> None:
@@ -116,12 +126,18 @@ class TargetNode:
             await fs.send(Error(str(exc)), CLIENT_SEND_TIMEOUT_S)
             return
         stats = {k: v for k, v in result.stats.items() if isinstance(v, (int, float))}
-        await fs.send(Done(result.job, result.tokens, result.seed, stats, result.credits), CLIENT_SEND_TIMEOUT_S)
+        receipt = json.dumps(result.receipt) if result.receipt is not None else ""
+        done = Done(result.job, result.tokens, result.seed, stats, result.credits, receipt)
+        await fs.send(done, CLIENT_SEND_TIMEOUT_S)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started({"multiaddrs": [...], "http": url})``."""
         cfg = self.cfg
         http_host, http_port = cfg.http_host_port
+        if cfg.operator is not None:  # bond before serving: every answer must be receipted
+            self.operator, _ = await trio.to_thread.run_sync(
+                open_operator, cfg.operator, cfg.target_model, Path(cfg.data_dir)
+            )
         async with running_host(cfg.data_dir, cfg.listen) as host, trio.open_nursery() as nursery:
             self.addrs = peer_addrs(host)
             point = RendezvousPoint(host, drafter_namespace(self.pair.fingerprint))
@@ -134,7 +150,12 @@ class TargetNode:
                 self.pair.target.vocab_size,
             )
             self.engine = Engine(
-                self.pair, model_name=MODEL_NAME, gamma=cfg.gamma, drafting=drafting if cfg.max_drafters else None
+                self.pair,
+                model_name=MODEL_NAME,
+                gamma=cfg.gamma,
+                drafting=drafting if cfg.max_drafters else None,
+                operator=self.operator,
+                cheat=cfg.operator.cheat if cfg.operator is not None else Cheat.NONE,
             )
             host.set_stream_handler(GENERATE_PROTOCOL_ID, self.handle_generate)
             nursery.start_soon(point.watch, drafting.on_registration, drafting.on_gone)
@@ -144,3 +165,5 @@ class TargetNode:
 
     def close(self) -> None:
         self.ledger.close()
+        if self.operator is not None:
+            self.operator.store.close()

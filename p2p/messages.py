@@ -33,6 +33,7 @@ MAX_TEXT_BYTES = 64 * 1024
 MAX_NEW_TOKENS = 4096
 MAX_MAP_ENTRIES = 64  # stats / credits maps in a ``done`` frame
 MAX_KEY_BYTES = 128
+MAX_RECEIPT_BYTES = 128 * 1024  # a receipt with its prompt and output tokens, as JSON
 
 
 class InvalidMessage(SpecmarketError):
@@ -100,6 +101,7 @@ class Done:
     seed: int
     stats: dict[str, float]
     credits: dict[str, int]
+    receipt: str = ""  # the operator's signed receipt as JSON (node.chain.receipts), "" when unbonded
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,7 @@ _BUILDERS: dict[str, Callable[[dict, int, int], Message]] = {
         _int(b, "seed", 0, MAX_SEED),
         _map(b, "stats", integers=False),
         _map(b, "credits", integers=True),
+        _str(b, "receipt", MAX_RECEIPT_BYTES, empty_ok=True),
     ),
     "error": lambda b, v, g: Error(_str(b, "message", MAX_TEXT_BYTES)),
 }

@@ -1,0 +1,103 @@
+"""Re-executing the target for disputes: the challenger's whole-answer check and the referee's one step.
+
+Both use the verifier's tolerance rule (``within_tolerance``, TOLERANCE_DELTA): a token is correct
+when its noisy score is within δ of the best at its position, so float noise between machines or
+between pass shapes never makes an honest answer look wrong (DESIGN §3, §4).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from node.chain import ChainError
+from node.chain.receipts import SignedReceipt
+from node.models import HFCausalLM
+from verifier.params import SamplingParams
+from verifier.verify import noisy_scores, within_tolerance
+
+
+@dataclass(frozen=True)
+class Audit:
+    """The challenger's finding: the first position outside the band, or None when all are inside."""
+
+    first_wrong: int | None
+    tokens_checked: int
+    target_positions: int  # positions the target scored to check the answer (one pass)
+    seconds: float
+    margin: float | None  # at first_wrong: how far the claimed token's noisy score is below the best
+
+
+def check_model(model_hash: bytes, local_hash: bytes, role: str) -> None:
+    if model_hash != local_hash:
+        raise ChainError(
+            f"the receipt commits to model 0x{model_hash.hex()}, but this {role} has 0x{local_hash.hex()}: "
+            "point it at the committed model directory"
+        )
+
+
+def _fits(model: HFCausalLM, context: Sequence[int]) -> None:
+    """The context must be re-executable: non-empty, within the window, every id in the vocabulary."""
+    if not context:
+        raise ChainError("nothing to re-execute: the prompt is empty")
+    if any(not 0 <= t < model.vocab_size for t in context):
+        raise ChainError(f"the context holds token ids outside the vocabulary of {model.vocab_size}")
+    if len(context) > model.max_positions:
+        raise ChainError(f"{len(context)} positions exceed the model's context window of {model.max_positions}")
+
+
+def audit_answer(model: HFCausalLM, signed: SignedReceipt) -> Audit:
+    """Check every token of a receipted answer against the target.
+
+    This is plain decoding replayed with the answer's own tokens as the context (teacher forcing),
+    so the whole answer is scored in one pass, like one speculative verification round whose draft
+    is the answer: row k of the logits is what plain decoding would see at token k.
+    """
+    prompt, output = list(signed.request.prompt), list(signed.output)
+    params, seed = signed.request.params, signed.request.seed
+    if not output:
+        return Audit(None, 0, 0, 0.0, None)
+    bad_ids = [k for k, t in enumerate(output) if not 0 <= t < model.vocab_size]
+    checked = output[: bad_ids[0]] if bad_ids else output  # an id outside the vocabulary is wrong as such
+    context = [*prompt, *checked[:-1]]
+    _fits(model, context)
+    started = time.perf_counter()
+    if checked:
+        model.reset()
+        logits = model.extend(context)[len(prompt) - 1 :]  # [len(checked), V]: row k decides token k
+        for k, token in enumerate(checked):
+            if not within_tolerance(logits[k], params, seed, k, token):
+                margin = _margin(logits[k], params, seed, k, token)
+                return Audit(k, k + 1, len(context), time.perf_counter() - started, margin)
+    elapsed = time.perf_counter() - started
+    if bad_ids:
+        return Audit(bad_ids[0], bad_ids[0] + 1, len(context) if checked else 0, elapsed, float("inf"))
+    return Audit(None, len(output), len(context), elapsed, None)
+
+
+def _margin(logits: np.ndarray, params: SamplingParams, seed: int, k: int, token: int) -> float:
+    scores = noisy_scores(logits, params, seed, k)
+    return float(scores.max() - scores[token])
+
+
+def judge_step(
+    model: HFCausalLM, prompt: Sequence[int], output: Sequence[int], position: int, params: SamplingParams, seed: int
+) -> bool:
+    """A referee's verdict on one disputed token: is output[position] outside the band (operator at fault)?
+
+    Only that step is re-executed: the target scores prompt + output[:position] and the last row
+    decides. The earlier tokens are taken as given (the receipt commits to them).
+    """
+    if not 0 <= position < len(output):
+        raise ChainError(f"position {position} is outside the output of {len(output)} tokens")
+    context = [*prompt, *output[:position]]
+    _fits(model, context)
+    token = int(output[position])
+    if not 0 <= token < model.vocab_size:
+        return True  # the target can never emit an id outside its vocabulary
+    model.reset()
+    logits = model.extend(context)[-1]
+    return not within_tolerance(logits, params, seed, position, token)

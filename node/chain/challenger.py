@@ -1,0 +1,91 @@
+"""A challenger: audit a receipted answer and, only if a token is outside the band, challenge it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.chain import ChainError
+from node.chain.audit import Audit, audit_answer, check_model
+from node.chain.client import BondClient
+from node.chain.receipts import ReceiptError, SignedReceipt
+from node.models import HFCausalLM
+
+log = logging.getLogger(__name__)
+
+MAX_RECEIPT_FILE_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class ChallengeReport:
+    audit: Audit
+    challenge_id: int | None  # None: nothing was submitted
+    position: int | None
+    gas_used: int = 0
+
+    def to_json(self) -> dict:
+        a = self.audit
+        return {
+            "correct": a.first_wrong is None,
+            "first_wrong": a.first_wrong,
+            "margin": a.margin,
+            "tokens_checked": a.tokens_checked,
+            "target_positions": a.target_positions,
+            "seconds": round(a.seconds, 4),
+            "challenge_id": self.challenge_id,
+            "position": self.position,
+            "gas_used": self.gas_used,
+        }
+
+
+def read_receipt_file(path: Path) -> SignedReceipt:
+    """A receipt file (as `specmarket ask --receipt-out` writes it, or an API answer's receipt)."""
+    try:
+        if path.stat().st_size > MAX_RECEIPT_FILE_BYTES:
+            raise ReceiptError(f"{path} is larger than {MAX_RECEIPT_FILE_BYTES} bytes")
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ReceiptError(f"cannot read receipt file {path}: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("specmarket"), dict):  # a whole API answer
+        data = data["specmarket"].get("receipt")
+    return SignedReceipt.from_json(data)
+
+
+def check_domain(signed: SignedReceipt, client: BondClient) -> None:
+    """A receipt is only challengeable in the deployment it was signed for."""
+    if signed.domain != client.domain:
+        raise ReceiptError(
+            f"the receipt was signed for contract {signed.domain.contract} on chain {signed.domain.chain_id}, "
+            f"not for {client.domain.contract} on chain {client.domain.chain_id}"
+        )
+
+
+def challenge_receipt(
+    client: BondClient,
+    key: bytes,
+    model: HFCausalLM,
+    model_hash: bytes,
+    signed: SignedReceipt,
+    *,
+    force_position: int | None = None,
+) -> ChallengeReport:
+    """Audit ``signed``; submit a challenge at its first wrong token, or spend nothing if it is correct.
+
+    ``force_position`` challenges that position whatever the audit found (a deliberately false
+    challenge, for tests and the demo: it loses its bond).
+    """
+    signed.check()
+    check_domain(signed, client)
+    check_model(signed.receipt.model_hash, model_hash, "challenger")
+    audit = audit_answer(model, signed)
+    position = audit.first_wrong if force_position is None else force_position
+    if position is None:
+        log.info("receipt correct: all %d tokens within the tolerance band; nothing submitted", audit.tokens_checked)
+        return ChallengeReport(audit, None, None)
+    if not 0 <= position < len(signed.output):
+        raise ChainError(f"position {position} is outside the answer's {len(signed.output)} tokens")
+    challenge_id, tx = client.challenge(key, signed, position)
+    log.info("challenge %d opened at position %d (gas %d)", challenge_id, position, tx.gas_used)
+    return ChallengeReport(audit, challenge_id, position, tx.gas_used)

@@ -1,0 +1,251 @@
+"""SpecmarketBond over JSON-RPC (web3.py 8): deploy, bond, challenge, resolve, withdraw, read events.
+
+Transactions are signed locally with the caller's key and sent raw; a revert comes back as a
+``ChainRevert`` naming the contract's custom error and its arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from eth_abi import decode as abi_decode
+from eth_account import Account
+from eth_utils import function_abi_to_4byte_selector, to_checksum_address
+from web3 import HTTPProvider, Web3
+from web3.exceptions import ContractCustomError, ContractLogicError, Web3Exception
+from web3.logs import DISCARD
+
+from node.chain import ChainError
+from node.chain.deployment import BondConfig, Deployment, load_artifact
+from node.chain.receipts import Domain, Receipt, SignedReceipt
+
+log = logging.getLogger(__name__)
+
+RPC_TIMEOUT_S = 30.0
+TX_TIMEOUT_S = 60.0
+GAS_MARGIN_PCT = 120  # gas limit = estimate + 20%; what a call really used is in TxResult.gas_used
+
+
+class ChainRevert(ChainError):
+    """A call or transaction the contract reverted; ``name`` is its custom error."""
+
+    def __init__(self, name: str, args: dict[str, Any], action: str) -> None:
+        self.name, self.args = name, args
+        shown = ", ".join(f"{k}={_show(v)}" for k, v in args.items())
+        super().__init__(f"{action} reverted: {name}({shown})")
+
+
+def _show(value: Any) -> str:
+    return "0x" + value.hex() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class OperatorInfo:
+    registered: bool
+    active: bool
+    model_hash: bytes
+    bond: int
+    unbond_at: int
+    open_challenges: int
+
+
+@dataclass(frozen=True)
+class TxResult:
+    tx_hash: str
+    gas_used: int
+    block: int
+    logs: tuple[Any, ...]
+
+
+def connect(rpc: str) -> Web3:
+    w3 = Web3(HTTPProvider(rpc, request_kwargs={"timeout": RPC_TIMEOUT_S}))
+    try:
+        w3.eth.chain_id  # noqa: B018  (fails fast when nothing answers)
+    except (OSError, Web3Exception) as exc:
+        raise ChainError(f"no Ethereum JSON-RPC endpoint answers at {rpc}: {exc}") from exc
+    return w3
+
+
+class BondClient:
+    """One SpecmarketBond deployment, reached through one RPC endpoint."""
+
+    def __init__(self, w3: Web3, address: str, abi: list[dict] | None = None) -> None:
+        self.w3 = w3
+        self.address = to_checksum_address(address)
+        self.abi = abi if abi is not None else load_artifact()[0]
+        if not w3.eth.get_code(self.address):
+            raise ChainError(f"no contract at {self.address} on chain {w3.eth.chain_id}: deploy it first")
+        self.contract = w3.eth.contract(address=self.address, abi=self.abi)
+        self._errors = {
+            function_abi_to_4byte_selector(e): e for e in self.abi if e["type"] == "error"
+        }  # selector -> error ABI
+        self.domain = Domain(int(w3.eth.chain_id), self.address)
+
+    @classmethod
+    def from_deployment(cls, rpc: str, deployment: Deployment) -> BondClient:
+        w3 = connect(rpc)
+        if w3.eth.chain_id != deployment.chain_id:
+            raise ChainError(f"{rpc} is chain {w3.eth.chain_id}, the deployment is for chain {deployment.chain_id}")
+        return cls(w3, deployment.address)
+
+    # ---------------------------------------------------------------- errors and transactions
+
+    def _revert(self, exc: ContractLogicError, action: str) -> ChainError:
+        data = exc.data if isinstance(exc.data, str) else ""
+        raw = bytes.fromhex(data[2:]) if data.startswith("0x") else b""
+        error = self._errors.get(raw[:4])
+        if error is None:
+            return ChainError(f"{action} reverted: {exc.message or exc}")
+        types = [i["type"] if i["type"] != "tuple" else _tuple_type(i) for i in error["inputs"]]
+        values = abi_decode(types, raw[4:])
+        return ChainRevert(error["name"], dict(zip([i["name"] for i in error["inputs"]], values, strict=True)), action)
+
+    def call(self, fn: str, *args: Any) -> Any:
+        try:
+            return getattr(self.contract.functions, fn)(*args).call()
+        except ContractCustomError as exc:
+            raise self._revert(exc, fn) from None
+        except ContractLogicError as exc:
+            raise ChainError(f"{fn} reverted: {exc.message or exc}") from None
+
+    def send(self, key: bytes | str, fn: str, *args: Any, value: int = 0) -> TxResult:
+        """Sign and send ``fn(*args)`` from ``key``'s account; wait for it to be mined."""
+        sender = Account.from_key(key)
+        call = getattr(self.contract.functions, fn)(*args)
+        params = {
+            "from": sender.address,
+            "value": value,
+            "nonce": self.w3.eth.get_transaction_count(sender.address, "pending"),
+            "chainId": self.domain.chain_id,
+        }
+        try:
+            # estimated against the block it will be mined in (its timestamp is "now", while the
+            # latest block may be minutes old on an idle dev chain): a revert surfaces here, before
+            # anything is spent
+            params["gas"] = call.estimate_gas(params, block_identifier="pending") * GAS_MARGIN_PCT // 100
+            tx = call.build_transaction(params)
+        except ContractCustomError as exc:
+            raise self._revert(exc, fn) from None
+        except ContractLogicError as exc:
+            raise ChainError(f"{fn} reverted: {exc.message or exc}") from None
+        return _send_signed(self.w3, sender, tx, fn)
+
+    # ---------------------------------------------------------------- views
+
+    def operator_info(self, operator: str) -> OperatorInfo:
+        return OperatorInfo(*self.call("operatorInfo", to_checksum_address(operator)))
+
+    def config(self) -> BondConfig:
+        names = BondConfig.__dataclass_fields__
+        return BondConfig(**{name: self.call(_camel(name)) for name in names})
+
+    def credits(self, account: str) -> int:
+        return self.call("credits", to_checksum_address(account))
+
+    def challenge_record(self, challenge_id: int) -> dict[str, Any]:
+        fields = ("challenger", "bond", "operator", "created_at", "position", "status", "receipt_digest")
+        return dict(zip(fields, self.call("getChallenge", challenge_id), strict=True))
+
+    def referees(self) -> list[str]:
+        return list(self.call("referees"))
+
+    def threshold(self) -> int:
+        return self.call("threshold")
+
+    def receipt_digest(self, receipt: Receipt) -> bytes:
+        return bytes(self.call("receiptDigest", receipt.as_tuple()))
+
+    def receipt_signer(self, receipt: Receipt, signature: bytes) -> str:
+        return self.call("receiptSigner", receipt.as_tuple(), signature)
+
+    def events(self, name: str, from_block: int = 0, **filters: Any) -> list[dict[str, Any]]:
+        """Decoded ``name`` events of this contract: each its args plus block and tx hash."""
+        event = getattr(self.contract.events, name)
+        logs = event.get_logs(from_block=from_block, argument_filters=filters or None)
+        return [{**dict(e["args"]), "block": e["blockNumber"], "tx": e["transactionHash"].to_0x_hex()} for e in logs]
+
+    def decode_events(self, tx: TxResult, name: str) -> list[dict[str, Any]]:
+        event = getattr(self.contract.events, name)
+        return [dict(e["args"]) for e in event().process_receipt({"logs": list(tx.logs)}, errors=DISCARD)]
+
+    # ---------------------------------------------------------------- actions
+
+    def register(self, key: bytes | str, model_hash: bytes, bond: int) -> TxResult:
+        return self.send(key, "register", model_hash, value=bond)
+
+    def challenge(self, key: bytes | str, signed: SignedReceipt, position: int) -> tuple[int, TxResult]:
+        """Open a wrong-token challenge at ``position``, posting the configured challenger bond."""
+        bond = self.call("challengerBond")
+        tx = self.send(
+            key,
+            "challenge",
+            signed.receipt.as_tuple(),
+            signed.signature,
+            list(signed.request.prompt),
+            signed.request.params_tuple(),
+            list(signed.output),
+            position,
+            value=bond,
+        )
+        (opened,) = self.decode_events(tx, "ChallengeOpened")
+        return int(opened["id"]), tx
+
+    def resolve(self, key: bytes | str, challenge_id: int, at_fault: bool, sigs: dict[str, bytes]) -> TxResult:
+        """Submit a verdict with referee signatures keyed by signer (sent in ascending signer order)."""
+        ordered = [sigs[a] for a in sorted(sigs, key=lambda a: int(a, 16))]
+        return self.send(key, "resolve", challenge_id, at_fault, ordered)
+
+    def slash_equivocation(self, key: bytes | str, a: SignedReceipt, b: SignedReceipt) -> TxResult:
+        return self.send(key, "slashEquivocation", a.receipt.as_tuple(), a.signature, b.receipt.as_tuple(), b.signature)
+
+    def withdraw(self, key: bytes | str) -> TxResult:
+        return self.send(key, "withdraw")
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _tuple_type(abi_input: dict) -> str:
+    return "(" + ",".join(c["type"] for c in abi_input["components"]) + ")"
+
+
+def _send_signed(w3: Web3, sender, tx: dict, action: str) -> TxResult:
+    signed = sender.sign_transaction(tx)
+    tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
+    receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=TX_TIMEOUT_S)
+    if receipt["status"] != 1:
+        raise ChainError(f"{action}: transaction {tx_hash.to_0x_hex()} failed on chain")
+    log.debug("%s mined in block %d, gas %d", action, receipt["blockNumber"], receipt["gasUsed"])
+    return TxResult(tx_hash.to_0x_hex(), int(receipt["gasUsed"]), int(receipt["blockNumber"]), tuple(receipt["logs"]))
+
+
+def deploy(
+    w3: Web3, deployer_key: bytes | str, config: BondConfig, referees: list[str], threshold: int
+) -> tuple[Deployment, TxResult]:
+    """Deploy a new SpecmarketBond owned by the deployer; the Deployment record and the tx."""
+    abi, bytecode = load_artifact()
+    deployer = Account.from_key(deployer_key)
+    factory = w3.eth.contract(abi=abi, bytecode=bytecode)
+    args = (deployer.address, config.as_tuple(), [to_checksum_address(r) for r in referees], threshold)
+    try:
+        tx = factory.constructor(*args).build_transaction(
+            {"from": deployer.address, "nonce": w3.eth.get_transaction_count(deployer.address, "pending")}
+        )
+    except ContractLogicError as exc:
+        raise ChainError(f"deploying SpecmarketBond reverted: {exc.data or exc}") from None
+    result = _send_signed(w3, deployer, tx, "deploy")
+    address = w3.eth.get_transaction_receipt(result.tx_hash)["contractAddress"]
+    deployment = Deployment(
+        chain_id=int(w3.eth.chain_id),
+        address=to_checksum_address(address),
+        block=result.block,
+        deployer=deployer.address,
+        config=config,
+        referees=tuple(to_checksum_address(r) for r in referees),
+        threshold=threshold,
+    )
+    return deployment, result

@@ -1,0 +1,284 @@
+"""EIP-712 receipts and verdicts, byte-compatible with contracts/src/SpecmarketBond.sol.
+
+Hashing (the contract's NatSpec and contracts/README.md state the same):
+- a token list hashes to keccak256 over each token as one 32-byte big-endian word, no length prefix
+  (Solidity's ``abi.encodePacked(uint32[])``);
+- ``requestHash = keccak256(abi.encode(REQUEST_TYPEHASH, promptHash, seed, temperatureMicros, topK,
+  topPMicros, maxTokens))``;
+- receipts and verdicts are EIP-712 typed data (EIP-712, "Typed structured data hashing and
+  signing") in the domain ("SpecmarketBond", "1", chainId, contract).
+
+Fractional sampling parameters travel in millionths (``MICROS``). An operator decodes with the
+quantized parameters (``RequestSpec.params``), so the receipt names exactly what was run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from eth_abi import encode as abi_encode
+from eth_account import Account
+from eth_account.messages import encode_typed_data
+from eth_utils import keccak, to_checksum_address
+
+from node.chain import ChainError
+from verifier.errors import InvalidParams
+from verifier.params import SamplingParams
+
+EIP712_NAME = "SpecmarketBond"
+EIP712_VERSION = "1"
+MICROS = 1_000_000
+MAX_U32 = (1 << 32) - 1
+MAX_U64 = (1 << 64) - 1
+MAX_RECEIPT_TOKENS = 1 << 16  # a receipt file or network message with more tokens is refused
+RECEIPT_FORMAT = 1
+SIGNATURE_BYTES = 65
+REQUEST_TYPEHASH = keccak(
+    b"Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
+)
+RECEIPT_TYPES = {
+    "Receipt": [
+        {"name": "operator", "type": "address"},
+        {"name": "modelHash", "type": "bytes32"},
+        {"name": "requestHash", "type": "bytes32"},
+        {"name": "outputHash", "type": "bytes32"},
+        {"name": "tokenCount", "type": "uint32"},
+        {"name": "issuedAt", "type": "uint64"},
+    ]
+}
+VERDICT_TYPES = {"Verdict": [{"name": "challengeId", "type": "uint256"}, {"name": "operatorAtFault", "type": "bool"}]}
+
+
+class ReceiptError(ChainError):
+    """A receipt whose fields, hashes or signature do not hold together."""
+
+
+def hash_tokens(tokens: Sequence[int]) -> bytes:
+    """keccak256(abi.encodePacked(uint32[] tokens)): one 32-byte word per token."""
+    return keccak(b"".join(int(t).to_bytes(32, "big") for t in tokens))
+
+
+def _micros(value: float, name: str) -> int:
+    micros = round(float(value) * MICROS)
+    if not 0 <= micros <= MAX_U32:
+        raise InvalidParams(f"{name} {value} does not fit a receipt (millionths in [0, 2**32))")
+    return micros
+
+
+def quantize(params: SamplingParams) -> SamplingParams:
+    """The parameters a receipt can name exactly: temperature and top-p rounded to millionths."""
+    t, p = _micros(params.temperature, "temperature"), _micros(params.top_p, "top_p")
+    return SamplingParams(t / MICROS, params.top_k, p / MICROS)
+
+
+def _check_tokens(tokens: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(tokens, (list, tuple)) or len(tokens) > MAX_RECEIPT_TOKENS:
+        raise ReceiptError(f"{name} must be a list of at most {MAX_RECEIPT_TOKENS} token ids")
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= MAX_U32 for t in tokens):
+        raise ReceiptError(f"{name} must hold integers in [0, 2**32)")
+    return tuple(tokens)
+
+
+def _check_uint(value: Any, bound: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound:
+        raise ReceiptError(f"{name} must be an integer in [0, {bound}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """What a receipt's request hash commits to: prompt tokens, seed, sampling params, max tokens."""
+
+    prompt: tuple[int, ...]
+    seed: int
+    temperature_micros: int
+    top_k: int
+    top_p_micros: int
+    max_tokens: int
+
+    def __post_init__(self) -> None:
+        _check_tokens(self.prompt, "prompt")
+        _check_uint(self.seed, MAX_U64, "seed")
+        for name in ("temperature_micros", "top_k", "top_p_micros", "max_tokens"):
+            _check_uint(getattr(self, name), MAX_U32, name)
+
+    @classmethod
+    def build(cls, prompt: Sequence[int], params: SamplingParams, seed: int, max_tokens: int) -> RequestSpec:
+        t, p = _micros(params.temperature, "temperature"), _micros(params.top_p, "top_p")
+        return cls(tuple(int(x) for x in prompt), int(seed), t, int(params.top_k), p, int(max_tokens))
+
+    @property
+    def params(self) -> SamplingParams:
+        return SamplingParams(self.temperature_micros / MICROS, self.top_k, self.top_p_micros / MICROS)
+
+    def params_tuple(self) -> tuple[int, int, int, int, int]:
+        """The contract's ``SamplingParams`` struct."""
+        return (self.seed, self.temperature_micros, self.top_k, self.top_p_micros, self.max_tokens)
+
+    def hash(self) -> bytes:
+        words = (REQUEST_TYPEHASH, hash_tokens(self.prompt), *self.params_tuple())
+        return keccak(abi_encode(["bytes32", "bytes32", "uint64", "uint32", "uint32", "uint32", "uint32"], words))
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The EIP-712 domain: one deployment of SpecmarketBond on one chain."""
+
+    chain_id: int
+    contract: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": EIP712_NAME,
+            "version": EIP712_VERSION,
+            "chainId": self.chain_id,
+            "verifyingContract": to_checksum_address(self.contract),
+        }
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The signed statement: ``operator`` answered ``request_hash`` with ``output_hash``."""
+
+    operator: str
+    model_hash: bytes
+    request_hash: bytes
+    output_hash: bytes
+    token_count: int
+    issued_at: int
+
+    def as_tuple(self) -> tuple:
+        """The contract's ``Receipt`` struct."""
+        return (
+            to_checksum_address(self.operator),
+            self.model_hash,
+            self.request_hash,
+            self.output_hash,
+            self.token_count,
+            self.issued_at,
+        )
+
+    def message(self) -> dict[str, Any]:
+        names = [field["name"] for field in RECEIPT_TYPES["Receipt"]]
+        return dict(zip(names, self.as_tuple(), strict=True))
+
+
+def _typed(domain: Domain, types: dict, primary: str, message: dict[str, Any]):
+    return encode_typed_data(domain_data=domain.as_dict(), message_types=types, message_data=message)
+
+
+def receipt_signable(domain: Domain, receipt: Receipt):
+    return _typed(domain, RECEIPT_TYPES, "Receipt", receipt.message())
+
+
+def verdict_signable(domain: Domain, challenge_id: int, operator_at_fault: bool):
+    return _typed(domain, VERDICT_TYPES, "Verdict", {"challengeId": challenge_id, "operatorAtFault": operator_at_fault})
+
+
+def sign_receipt(private_key: bytes | str, domain: Domain, receipt: Receipt) -> bytes:
+    """65-byte r‖s‖v signature (eth-account signs with low s, as OpenZeppelin's ECDSA requires)."""
+    return bytes(Account.sign_message(receipt_signable(domain, receipt), private_key).signature)
+
+
+def sign_verdict(private_key: bytes | str, domain: Domain, challenge_id: int, operator_at_fault: bool) -> bytes:
+    return bytes(Account.sign_message(verdict_signable(domain, challenge_id, operator_at_fault), private_key).signature)
+
+
+def recover_receipt_signer(domain: Domain, receipt: Receipt, signature: bytes) -> str:
+    if len(signature) != SIGNATURE_BYTES:
+        raise ReceiptError(f"a signature is {SIGNATURE_BYTES} bytes, got {len(signature)}")
+    try:
+        return Account.recover_message(receipt_signable(domain, receipt), signature=signature)
+    except (ValueError, TypeError) as exc:
+        raise ReceiptError(f"unrecoverable receipt signature: {exc}") from exc
+
+
+def _hex32(value: Any, name: str) -> bytes:
+    if not isinstance(value, str) or not value.startswith("0x") or len(value) != 66:
+        raise ReceiptError(f"{name} must be a 0x-prefixed 32-byte hex string")
+    try:
+        return bytes.fromhex(value[2:])
+    except ValueError as exc:
+        raise ReceiptError(f"{name} is not hex: {exc}") from exc
+
+
+def _address(value: Any, name: str) -> str:
+    try:
+        return to_checksum_address(value)
+    except (ValueError, TypeError) as exc:
+        raise ReceiptError(f"{name} is not an address: {value!r}") from exc
+
+
+@dataclass(frozen=True)
+class SignedReceipt:
+    """What a client gets with an answer and a challenger submits: the receipt, its signature, the
+    domain it was signed in, and the preimages of its request and output hashes."""
+
+    domain: Domain
+    receipt: Receipt
+    signature: bytes
+    request: RequestSpec
+    output: tuple[int, ...]
+
+    def check(self) -> None:
+        """Raise ReceiptError unless the preimages match the hashes and the operator signed it."""
+        r = self.receipt
+        if self.request.hash() != r.request_hash:
+            raise ReceiptError("the request does not hash to the receipt's request hash")
+        if hash_tokens(self.output) != r.output_hash or len(self.output) != r.token_count:
+            raise ReceiptError("the output does not hash to the receipt's output hash and token count")
+        signer = recover_receipt_signer(self.domain, r, self.signature)
+        if signer != to_checksum_address(r.operator):
+            raise ReceiptError(f"the receipt is signed by {signer}, not by its operator {r.operator}")
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.receipt
+        return {
+            "format": RECEIPT_FORMAT,
+            "chain_id": self.domain.chain_id,
+            "contract": to_checksum_address(self.domain.contract),
+            "receipt": {
+                "operator": to_checksum_address(r.operator),
+                "model_hash": "0x" + r.model_hash.hex(),
+                "request_hash": "0x" + r.request_hash.hex(),
+                "output_hash": "0x" + r.output_hash.hex(),
+                "token_count": r.token_count,
+                "issued_at": r.issued_at,
+            },
+            "signature": "0x" + self.signature.hex(),
+            "request": {**asdict(self.request), "prompt": list(self.request.prompt)},
+            "output": list(self.output),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> SignedReceipt:
+        """Parse untrusted JSON (a file, an HTTP answer); every field is type- and range-checked."""
+        try:
+            if data.get("format") != RECEIPT_FORMAT:
+                raise ReceiptError(f"unknown receipt format {data.get('format')!r} (expected {RECEIPT_FORMAT})")
+            r, q = data["receipt"], data["request"]
+            sig = data["signature"]
+            if not isinstance(sig, str) or not sig.startswith("0x") or len(sig) != 2 + 2 * SIGNATURE_BYTES:
+                raise ReceiptError(f"signature must be 0x + {SIGNATURE_BYTES} bytes of hex")
+            receipt = Receipt(
+                operator=_address(r["operator"], "receipt.operator"),
+                model_hash=_hex32(r["model_hash"], "receipt.model_hash"),
+                request_hash=_hex32(r["request_hash"], "receipt.request_hash"),
+                output_hash=_hex32(r["output_hash"], "receipt.output_hash"),
+                token_count=_check_uint(r["token_count"], MAX_U32, "receipt.token_count"),
+                issued_at=_check_uint(r["issued_at"], MAX_U64, "receipt.issued_at"),
+            )
+            fields = ("seed", "temperature_micros", "top_k", "top_p_micros", "max_tokens")
+            request = RequestSpec(_check_tokens(q["prompt"], "request.prompt"), *(q[f] for f in fields))
+            domain = Domain(_check_uint(data["chain_id"], MAX_U64, "chain_id"), _address(data["contract"], "contract"))
+            return cls(domain, receipt, bytes.fromhex(sig[2:]), request, _check_tokens(data["output"], "output"))
+        except (KeyError, AttributeError, TypeError, ValueError) as exc:
+            if isinstance(exc, ReceiptError):
+                raise
+            raise ReceiptError(f"malformed receipt: {exc!r}") from exc
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2)
