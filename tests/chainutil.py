@@ -1,0 +1,62 @@
+"""Helpers for tests against a real anvil chain with SpecmarketBond deployed."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from eth_account import Account
+
+from node.chain.client import BondClient
+from node.chain.deployment import Deployment
+from node.chain.operator import Operator, ReceiptStore
+from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
+from verifier.params import SamplingParams
+
+
+@dataclass(frozen=True)
+class Chain:
+    rpc: str
+    deployments: Path
+    deployment: Deployment
+    client: BondClient
+    deploy_gas: int
+
+    def cli_args(self) -> list[str]:
+        return ["--rpc", self.rpc, "--deployments", str(self.deployments)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def new_operator(chain: Chain, tmp: Path, model_hash: bytes = b"\x42" * 32) -> tuple[Operator, bytes]:
+    """A fresh operator key, funded from anvil account 0 and bonded with the minimum."""
+    key = bytes(Account.create().key)
+    operator = Operator(chain.client, key, model_hash, ReceiptStore(tmp / f"receipts-{key[:4].hex()}.sqlite"))
+    operator.ensure_bonded()
+    return operator, key
+
+
+def sign_raw(
+    key: bytes,
+    chain: Chain,
+    request: RequestSpec,
+    output: tuple[int, ...],
+    model_hash: bytes,
+    domain=None,
+) -> SignedReceipt:
+    """A receipt signed directly with ``key`` (bypassing an operator's store): how a dishonest or
+    careless operator would equivocate, or sign for another domain."""
+    domain = domain or chain.client.domain
+    operator = Account.from_key(key).address
+    receipt = Receipt(operator, model_hash, request.hash(), hash_tokens(output), len(output), int(time.time()))
+    return SignedReceipt(domain, receipt, sign_receipt(key, domain, receipt), request, output)
+
+
+def request(prompt=(5, 6, 7), seed: int = 1, max_tokens: int = 4, temperature: float = 1.0) -> RequestSpec:
+    return RequestSpec.build(prompt, SamplingParams(temperature), seed, max_tokens)

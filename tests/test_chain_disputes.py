@@ -1,0 +1,202 @@
+"""Disputes end to end on a real anvil chain, with bonded target processes and the shipped models.
+
+- an honest bonded target (speculating with an honest drafter peer) signs receipts that the
+  challenge script finds correct, spending nothing;
+- `--cheat flip-token` and `--cheat draft-model` targets are challenged, a referee quorum resolves,
+  the operator is slashed, the challenger is paid, and the events say so;
+- a false challenge (a token inside the tolerance band) loses the challenger's bond and slashes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from chainutil import new_operator, sign_raw
+from eth_account import Account
+from netutil import complete, start_drafter, start_target, wait_for_drafters
+
+from node.chain.challenger import challenge_receipt
+from node.chain.deployment import DEV_CHALLENGER, DEV_REFEREES, dev_address, dev_key
+from node.chain.receipts import Domain, ReceiptError, RequestSpec, SignedReceipt
+from node.chain.referee import Referee
+from node.models import DEFAULT_TARGET, model_hash
+from verifier.params import SamplingParams
+from verifier.verify import TOLERANCE_DELTA, noisy_scores, within_tolerance
+
+SCRIPTS_TIMEOUT_S = 180
+PROMPT = "def parse_args(argv):"
+MAX_TOKENS = 16
+AT_FAULT, CLEARED = 2, 3  # SpecmarketBond.ChallengeStatus
+NEAR_TIE_SEARCH = 20_000  # seeds tried to find a near-tie at position 0 (expected ~2,000 at T = 100)
+
+
+def bonded_target(tmp, chain, *extra: str):
+    return start_target(tmp, "--chain", chain.rpc, "--deployments", str(chain.deployments), *extra)
+
+
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, f"scripts/{name}.py", *args], capture_output=True, text=True, timeout=SCRIPTS_TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def receipt_of(answer: dict) -> SignedReceipt:
+    signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
+    signed.check()
+    assert list(signed.output) == answer["specmarket"]["tokens"]
+    return signed
+
+
+@pytest.fixture(scope="module")
+def committed_hash() -> bytes:
+    return model_hash(DEFAULT_TARGET)
+
+
+def test_honest_speculating_operator_is_found_correct_and_nothing_is_spent(chain, pair, committed_hash, tmp_path):
+    target = bonded_target(tmp_path, chain, "--max-drafters", "1")
+    drafter = start_drafter(tmp_path, target.lines["multiaddr"][0], "honest", "d0")
+    try:
+        http = target.lines["http"][0]
+        wait_for_drafters(http, 1)
+        answers = [
+            complete(http, PROMPT, seed=s, max_tokens=MAX_TOKENS, temperature=t, top_p=p)
+            for s, t, p in ((1, 1.0, 1.0), (2, 0.0, 1.0), (3, 0.8, 0.9))
+        ]
+        again = complete(http, PROMPT, seed=1, max_tokens=MAX_TOKENS, temperature=1.0)
+    finally:
+        drafter.stop()
+        target.stop()
+    receipts = [receipt_of(a) for a in answers]
+    assert sum(a["specmarket"]["stats"]["draft_tokens_accepted"] for a in answers) > 0  # it did speculate
+    assert receipts[0].receipt.model_hash == committed_hash
+    assert again["specmarket"]["receipt"] == answers[0]["specmarket"]["receipt"]  # a repeat is not re-signed
+    path = tmp_path / "receipt.json"
+    path.write_text(receipts[0].dumps())
+    challenger = dev_address(DEV_CHALLENGER)
+    w3 = chain.client.w3
+    before = (w3.eth.get_balance(challenger), w3.eth.get_transaction_count(challenger))
+    out = json.loads(run_script("challenge", "--receipt", str(path), "--json", *chain.cli_args()).stdout)
+    assert out["correct"] and out["challenge_id"] is None and out["tokens_checked"] == MAX_TOKENS
+    for signed in receipts[1:]:  # the other two, in-process (same code path as the script)
+        report = challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed)
+        assert report.audit.first_wrong is None and report.challenge_id is None
+    assert (w3.eth.get_balance(challenger), w3.eth.get_transaction_count(challenger)) == before
+
+
+def test_flip_token_operator_is_challenged_resolved_and_slashed(chain, tmp_path):
+    target = bonded_target(tmp_path, chain, "--max-drafters", "0", "--cheat", "flip-token")
+    try:
+        answer = complete(target.lines["http"][0], PROMPT, seed=5, max_tokens=MAX_TOKENS, temperature=1.0)
+    finally:
+        target.stop()
+    signed = receipt_of(answer)
+    operator = signed.receipt.operator
+    path = tmp_path / "cheat.json"
+    path.write_text(json.dumps(answer))  # a whole API answer is accepted as a receipt file too
+    out = json.loads(run_script("challenge", "--receipt", str(path), "--json", *chain.cli_args()).stdout)
+    assert out["first_wrong"] == MAX_TOKENS // 2 and out["margin"] > TOLERANCE_DELTA
+    cid = out["challenge_id"]
+    challenger = dev_address(DEV_CHALLENGER)
+    credits_before = chain.client.credits(challenger)
+    printed = run_script("referee", "--once", "--pool", str(tmp_path / "pool"), *chain.cli_args()).stdout
+    assert f"challenge {cid}: operator at fault; resolved on chain" in printed
+    assert_slashed(chain, cid, operator, challenger, credits_before)
+
+
+def assert_slashed(chain, cid: int, operator: str, challenger: str, credits_before: int) -> None:
+    cfg = chain.client.config()
+    assert chain.client.challenge_record(cid)["status"] == AT_FAULT
+    (resolved,) = [e for e in chain.client.events("ChallengeResolved") if e["id"] == cid]
+    assert resolved["operatorAtFault"] and resolved["slashed"] == cfg.slash_amount
+    slashes = chain.client.events("OperatorSlashed", operator=operator)
+    assert len(slashes) == 1 and slashes[0]["reporter"] == challenger and slashes[0]["reason"] == 1  # WrongToken
+    reward = cfg.slash_amount * cfg.challenger_reward_bps // 10_000
+    assert chain.client.credits(challenger) - credits_before == reward + cfg.challenger_bond
+    assert chain.client.operator_info(operator).bond == cfg.min_bond - cfg.slash_amount
+    balance = chain.client.w3.eth.get_balance(challenger)
+    tx = chain.client.withdraw(dev_key(DEV_CHALLENGER))  # the challenger is paid by pull
+    (withdrawn,) = chain.client.decode_events(tx, "Withdrawn")
+    assert withdrawn["amount"] >= reward + cfg.challenger_bond and chain.client.credits(challenger) == 0
+    assert chain.client.w3.eth.get_balance(challenger) > balance
+
+
+def test_draft_model_operator_is_slashed_by_a_quorum_of_separate_referees(chain, pair, committed_hash, tmp_path):
+    target = bonded_target(tmp_path, chain, "--max-drafters", "0", "--cheat", "draft-model")
+    try:
+        answer = complete(target.lines["http"][0], PROMPT, seed=9, max_tokens=MAX_TOKENS, temperature=1.0)
+    finally:
+        target.stop()
+    signed = receipt_of(answer)
+    assert signed.receipt.model_hash == committed_hash  # it claims the target model
+    challenger = dev_address(DEV_CHALLENGER)
+    credits_before = chain.client.credits(challenger)
+    report = challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed)
+    assert report.challenge_id is not None and report.audit.margin > TOLERANCE_DELTA
+    pool = tmp_path / "pool"  # two referee processes (here: objects) with one key each, one shared pool
+    first, second = (
+        Referee(chain.client, [dev_key(i)], pair.target, committed_hash, pool) for i in DEV_REFEREES[:2]
+    )
+    (alone,) = first.run_once()
+    assert alone.operator_at_fault and alone.signatures == 1 and not alone.resolved  # 1 of 2: no quorum
+    (quorum,) = second.run_once()
+    assert quorum.operator_at_fault and quorum.signatures == 2 and quorum.resolved
+    assert_slashed(chain, report.challenge_id, signed.receipt.operator, challenger, credits_before)
+
+
+def near_tie(pair, prompt: list[int], params: SamplingParams) -> tuple[int, int, int]:
+    """(seed, sampled token, runner-up) where the runner-up's noisy score is inside the band at k = 0."""
+    pair.target.reset()
+    logits = pair.target.extend(prompt)[-1]
+    for seed in range(NEAR_TIE_SEARCH):
+        scores = noisy_scores(logits, params, seed, 0)
+        second, best = np.argsort(scores)[-2:]
+        if 1e-5 < scores[best] - scores[second] < TOLERANCE_DELTA / 2:  # well inside, far from float noise
+            return seed, int(best), int(second)
+    raise AssertionError(f"no near-tie in {NEAR_TIE_SEARCH} seeds")
+
+
+def test_token_inside_the_band_is_not_slashed_and_a_false_challenge_loses_its_bond(
+    chain, pair, committed_hash, tmp_path
+):
+    operator, _ = new_operator(chain, tmp_path, committed_hash)
+    prompt = [pair.tokenizer.eos_token_id, *pair.tokenizer.encode(PROMPT)]
+    params = SamplingParams(temperature=100.0)  # flat logits: near-ties of the noisy scores are common
+    seed, sampled, runner_up = near_tie(pair, prompt, params)
+    spec = RequestSpec.build(prompt, params, seed, 1)
+    signed = operator.sign(spec, (runner_up,))  # not what plain decoding samples, but inside the band
+    pair.target.reset()
+    assert within_tolerance(pair.target.extend(prompt)[-1], spec.params, seed, 0, runner_up) and runner_up != sampled
+    challenger = dev_address(DEV_CHALLENGER)
+    nonce = chain.client.w3.eth.get_transaction_count(challenger)
+    report = challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed)
+    assert report.audit.first_wrong is None and report.challenge_id is None
+    assert chain.client.w3.eth.get_transaction_count(challenger) == nonce  # nothing sent
+    cfg = chain.client.config()
+    operator_credits = chain.client.credits(operator.address)
+    forced = challenge_receipt(
+        chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed, force_position=0
+    )
+    referee = Referee(chain.client, [dev_key(i) for i in DEV_REFEREES], pair.target, committed_hash, tmp_path / "p")
+    (outcome,) = referee.run_once()
+    assert outcome.challenge_id == forced.challenge_id and outcome.operator_at_fault is False and outcome.resolved
+    assert chain.client.challenge_record(forced.challenge_id)["status"] == CLEARED
+    assert chain.client.operator_info(operator.address).bond == cfg.min_bond  # not slashed
+    assert chain.client.credits(operator.address) - operator_credits == cfg.challenger_bond  # the bond goes to it
+    assert not chain.client.events("OperatorSlashed", operator=operator.address)
+
+
+@pytest.mark.parametrize("foreign", ["chain", "contract"])
+def test_challenger_refuses_a_receipt_for_another_deployment(chain, pair, committed_hash, tmp_path, foreign):
+    _, key = new_operator(chain, tmp_path, committed_hash)
+    here = chain.client.domain
+    other = Domain(1, here.contract) if foreign == "chain" else Domain(here.chain_id, Account.create().address)
+    signed = sign_raw(key, chain, RequestSpec.build([1, 2], SamplingParams(), 1, 2), (3, 4), committed_hash, other)
+    signed.check()  # a valid receipt, in its own domain
+    with pytest.raises(ReceiptError, match="signed for contract"):
+        challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed)
