@@ -139,9 +139,7 @@ def test_draft_model_operator_is_slashed_by_a_quorum_of_separate_referees(chain,
     report = challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed)
     assert report.challenge_id is not None and report.audit.margin > TOLERANCE_DELTA
     pool = tmp_path / "pool"  # two referee processes (here: objects) with one key each, one shared pool
-    first, second = (
-        Referee(chain.client, [dev_key(i)], pair.target, committed_hash, pool) for i in DEV_REFEREES[:2]
-    )
+    first, second = (Referee(chain.client, [dev_key(i)], pair.target, committed_hash, pool) for i in DEV_REFEREES[:2])
     (alone,) = first.run_once()
     assert alone.operator_at_fault and alone.signatures == 1 and not alone.resolved  # 1 of 2: no quorum
     (quorum,) = second.run_once()

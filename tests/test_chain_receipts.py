@@ -144,7 +144,7 @@ def test_equivocation_is_slashed(chain, tmp_path):
 
 
 def test_operator_never_signs_two_outputs_and_keeps_receipts_across_restarts(chain, tmp_path):
-    operator, key = new_operator(chain, tmp_path)
+    operator, _ = new_operator(chain, tmp_path)
     spec = request(seed=77)
     first = operator.sign(spec, (9, 9, 9))
     again = operator.sign(spec, (9, 9, 8))  # e.g. float noise flipped a near-tie on a second run
