@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from chainutil import new_operator, sign_raw
 from eth_account import Account
-from netutil import complete, start_drafter, start_target, wait_for_drafters
+from netutil import SPECMARKET, complete, start_drafter, start_target, wait_for_drafters
 
 from node.chain.challenger import challenge_receipt
 from node.chain.deployment import DEV_CHALLENGER, DEV_REFEREES, dev_address, dev_key
@@ -69,6 +69,11 @@ def test_honest_speculating_operator_is_found_correct_and_nothing_is_spent(chain
             for s, t, p in ((1, 1.0, 1.0), (2, 0.0, 1.0), (3, 0.8, 0.9))
         ]
         again = complete(http, PROMPT, seed=1, max_tokens=MAX_TOKENS, temperature=1.0)
+        over_p2p = tmp_path / "p2p-receipt.json"  # the same request over libp2p, saved by `specmarket ask`
+        ask = [*SPECMARKET, "ask", PROMPT, "--target", target.lines["multiaddr"][0], "--seed", "1"]
+        ask += ["--max-new-tokens", str(MAX_TOKENS), "--receipt-out", str(over_p2p)]
+        asked = subprocess.run(ask, capture_output=True, text=True, timeout=SCRIPTS_TIMEOUT_S)
+        assert asked.returncode == 0, asked.stderr[-3000:]
     finally:
         drafter.stop()
         target.stop()
@@ -76,6 +81,8 @@ def test_honest_speculating_operator_is_found_correct_and_nothing_is_spent(chain
     assert sum(a["specmarket"]["stats"]["draft_tokens_accepted"] for a in answers) > 0  # it did speculate
     assert receipts[0].receipt.model_hash == committed_hash
     assert again["specmarket"]["receipt"] == answers[0]["specmarket"]["receipt"]  # a repeat is not re-signed
+    assert json.loads(over_p2p.read_text()) == answers[0]["specmarket"]["receipt"]
+    assert "receipt signed by operator" in asked.stderr
     path = tmp_path / "receipt.json"
     path.write_text(receipts[0].dumps())
     challenger = dev_address(DEV_CHALLENGER)

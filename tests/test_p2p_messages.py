@@ -35,6 +35,7 @@ GOOD = [
     Chunk((1, 2), "ab"),
     Chunk((), ""),
     Done("job", (1, 2, 3), 9, {"acceptance_rate": 0.5, "target_passes": 3}, {"12D3Koo": 2}),
+    Done("job", (1,), 9, {}, {}, '{"format": 1}'),
     Error("context too long"),
 ]
 
@@ -80,9 +81,10 @@ def _open(**overrides) -> bytes:
         (_frame(type="request", prompt="", max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=None), "empty"),
         (_frame(type="request", prompt="a", max_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0, seed=1), "max_new"),
         (_frame(type="request", prompt=1, max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=1), "prompt"),
-        (_frame(type="done", job="j", tokens=[], seed=0, stats={"a": float("nan")}, credits={}), "finite"),
-        (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"p": 1.5}), "integer"),
-        (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"": 1}), "bad key"),
+        (_frame(type="done", job="j", tokens=[], seed=0, stats={"a": float("nan")}, credits={}, receipt=""), "finite"),
+        (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"p": 1.5}, receipt=""), "integer"),
+        (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"": 1}, receipt=""), "bad key"),
+        (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={}, receipt="x" * (1 << 18)), "bytes"),
         (_frame(type="error", message=""), "empty"),
         (_frame(type=[1], job="j"), "unexpected message type"),  # unhashable type value (found by fuzzing)
         (_frame(type={"a": 1}), "unexpected message type"),
