@@ -96,13 +96,18 @@ def test_honest_speculating_operator_is_found_correct_and_nothing_is_spent(chain
     assert (w3.eth.get_balance(challenger), w3.eth.get_transaction_count(challenger)) == before
 
 
-def test_flip_token_operator_is_challenged_resolved_and_slashed(chain, tmp_path):
-    target = bonded_target(tmp_path, chain, "--max-drafters", "0", "--cheat", "flip-token")
+def cheating_answer(tmp_path, chain, cheat: str, seed: int) -> tuple[dict, SignedReceipt]:
+    """One answer (and its receipt) from a bonded target process run with ``--cheat cheat``."""
+    target = bonded_target(tmp_path, chain, "--max-drafters", "0", "--cheat", cheat)
     try:
-        answer = complete(target.lines["http"][0], PROMPT, seed=5, max_tokens=MAX_TOKENS, temperature=1.0)
+        answer = complete(target.lines["http"][0], PROMPT, seed=seed, max_tokens=MAX_TOKENS, temperature=1.0)
     finally:
         target.stop()
-    signed = receipt_of(answer)
+    return answer, receipt_of(answer)
+
+
+def test_flip_token_operator_is_challenged_resolved_and_slashed(chain, tmp_path):
+    answer, signed = cheating_answer(tmp_path, chain, "flip-token", seed=5)
     operator = signed.receipt.operator
     path = tmp_path / "cheat.json"
     path.write_text(json.dumps(answer))  # a whole API answer is accepted as a receipt file too
@@ -134,12 +139,7 @@ def assert_slashed(chain, cid: int, operator: str, challenger: str, credits_befo
 
 
 def test_draft_model_operator_is_slashed_by_a_quorum_of_separate_referees(chain, pair, committed_hash, tmp_path):
-    target = bonded_target(tmp_path, chain, "--max-drafters", "0", "--cheat", "draft-model")
-    try:
-        answer = complete(target.lines["http"][0], PROMPT, seed=9, max_tokens=MAX_TOKENS, temperature=1.0)
-    finally:
-        target.stop()
-    signed = receipt_of(answer)
+    _, signed = cheating_answer(tmp_path, chain, "draft-model", seed=9)
     assert signed.receipt.model_hash == committed_hash  # it claims the target model
     challenger = dev_address(DEV_CHALLENGER)
     credits_before = chain.client.credits(challenger)
