@@ -196,6 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     except SpecmarketError as exc:
         print(f"specmarket: error: {exc}", file=sys.stderr)
         return 2
+    except BaseExceptionGroup as group:  # a trio nursery's: report its one SpecmarketError plainly
+        errors, rest = group.split(SpecmarketError)
+        if errors is None or rest is not None:
+            raise
+        leaf: BaseException = errors
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        print(f"specmarket: error: {leaf}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("specmarket: interrupted", file=sys.stderr)
         return 130

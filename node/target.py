@@ -81,6 +81,8 @@ class TargetNode:
         self.ledger = Ledger(Path(cfg.data_dir) / LEDGER_FILE)
         self.engine: Engine | None = None
         self.operator: Operator | None = None
+        if cfg.operator is not None:  # bond before serving: every answer must be receipted
+            self.operator, _ = open_operator(cfg.operator, cfg.target_model, Path(cfg.data_dir))
         self.addrs: list[str] = []
 
     def status(self) -> dict:
@@ -134,10 +136,6 @@ class TargetNode:
         """Serve until cancelled; ``task_status.started({"multiaddrs": [...], "http": url})``."""
         cfg = self.cfg
         http_host, http_port = cfg.http_host_port
-        if cfg.operator is not None:  # bond before serving: every answer must be receipted
-            self.operator, _ = await trio.to_thread.run_sync(
-                open_operator, cfg.operator, cfg.target_model, Path(cfg.data_dir)
-            )
         async with running_host(cfg.data_dir, cfg.listen) as host, trio.open_nursery() as nursery:
             self.addrs = peer_addrs(host)
             point = RendezvousPoint(host, drafter_namespace(self.pair.fingerprint))

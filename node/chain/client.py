@@ -64,7 +64,7 @@ def connect(rpc: str) -> Web3:
     try:
         w3.eth.chain_id  # noqa: B018  (fails fast when nothing answers)
     except (OSError, Web3Exception) as exc:
-        raise ChainError(f"no Ethereum JSON-RPC endpoint answers at {rpc}: {exc}") from exc
+        raise ChainError(f"no Ethereum JSON-RPC endpoint answers at {rpc} ({type(exc).__name__})") from exc
     return w3
 
 
