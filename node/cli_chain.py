@@ -172,6 +172,33 @@ def _cmd_withdraw(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_unbond(args: argparse.Namespace) -> int:
+    client = _client(args)
+    tx = client.send(read_key(args.key_file), "requestUnbond")
+    (event,) = client.decode_events(tx, "UnbondRequested")
+    print(f"operator {event['operator']} unbonding; `chain withdraw-bond` works from unix time {event['unbondAt']}")
+    return 0
+
+
+def _cmd_withdraw_bond(args: argparse.Namespace) -> int:
+    client, key = _client(args), read_key(args.key_file)
+    tx = client.send(key, "withdrawBond")  # releases the bond as a credit (pull payment) ...
+    (event,) = client.decode_events(tx, "BondWithdrawn")
+    (paid,) = client.decode_events(client.withdraw(key), "Withdrawn")  # ... which is then paid out
+    bond, out = format_ether(event["amount"]), format_ether(paid["amount"])
+    print(f"withdrew the bond of {event['operator']}: {bond}; paid out {out}")
+    return 0
+
+
+def _cmd_refund(args: argparse.Namespace) -> int:
+    client = _client(args)
+    (key,) = _role_keys([args.key_file] if args.key_file else None, client.domain.chain_id, (DEV_CHALLENGER,), "")
+    tx = client.send(key, "refundExpired", args.challenge_id)
+    (event,) = client.decode_events(tx, "ChallengeExpired")
+    print(f"challenge {args.challenge_id} expired: {format_ether(event['refunded'])} credited to {event['challenger']}")
+    return 0
+
+
 # ------------------------------------------------------------------------- challenge / referee
 
 CHALLENGE_OPEN, CHALLENGE_STATUS = 1, {2: "operator at fault", 3: "operator cleared", 4: "expired (refunded)"}
@@ -265,8 +292,18 @@ def _add_chain(sub) -> None:
     status = chain.add_parser("status", help="chain, contract, config, referees, operators, challenges")
     down = chain.add_parser("down", help="stop the anvil `chain up`/`chain deploy` started")
     withdraw = chain.add_parser("withdraw", help="withdraw an account's credits (challenger rewards, refunds)")
-    for q in (up, deploy, status, withdraw):
+    unbond = chain.add_parser("unbond", help="operator: request unbonding (the node stops being active)")
+    withdraw_bond = chain.add_parser("withdraw-bond", help="operator: withdraw the bond after the unbonding delay")
+    refund = chain.add_parser("refund", help="refund the challenger of a challenge the referees left unresolved")
+    for q in (up, deploy, status, withdraw, unbond, withdraw_bond, refund):
         _common(q)
+    for q in (unbond, withdraw_bond):
+        q.add_argument("--key-file", type=Path, required=True, help="operator key file (DATA_DIR/keys/operator.key)")
+    refund.add_argument("challenge_id", type=int, help="the challenge id")
+    refund.add_argument("--key-file", type=Path, help="the sender's key file (default on anvil: dev account 5)")
+    unbond.set_defaults(func=_cmd_unbond)
+    withdraw_bond.set_defaults(func=_cmd_withdraw_bond)
+    refund.set_defaults(func=_cmd_refund)
     for q in (up, deploy, down):
         q.add_argument(
             "--state-dir", type=Path, help="anvil's pid, log and state (default ~/.local/share/specmarket/chain)"

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from eth_account import Account
 
-from node.chain.client import BondClient
-from node.chain.deployment import Deployment
+from node.chain.anvil import AnvilProcess
+from node.chain.client import BondClient, connect, deploy
+from node.chain.deployment import (
+    DEFAULT_THRESHOLD,
+    DEV_DEPLOYER,
+    DEV_REFEREES,
+    BondConfig,
+    Deployment,
+    dev_address,
+    dev_key,
+)
 from node.chain.operator import Operator, ReceiptStore
 from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
 from verifier.params import SamplingParams
@@ -26,6 +37,23 @@ class Chain:
 
     def cli_args(self) -> list[str]:
         return ["--rpc", self.rpc, "--deployments", str(self.deployments)]
+
+
+@contextmanager
+def deployed_chain(deployments: Path) -> Iterator[Chain]:
+    """A fresh anvil on a free port with SpecmarketBond deployed (defaults as Deploy.s.sol)."""
+    with AnvilProcess(free_port()) as anvil:
+        w3 = connect(anvil.url)
+        referees = [dev_address(i) for i in DEV_REFEREES]
+        deployment, tx = deploy(w3, dev_key(DEV_DEPLOYER), BondConfig(), referees, DEFAULT_THRESHOLD)
+        deployment.save(deployments)
+        yield Chain(anvil.url, deployments, deployment, BondClient(w3, deployment.address), tx.gas_used)
+
+
+def warp(chain: Chain, seconds: int) -> None:
+    """Move the chain's clock forward and mine a block (anvil only)."""
+    chain.client.w3.provider.make_request("evm_increaseTime", [seconds])
+    chain.client.w3.provider.make_request("evm_mine", [])
 
 
 def free_port() -> int:

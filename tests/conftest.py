@@ -27,16 +27,7 @@ def portal():
 def chain(tmp_path_factory):
     """A real anvil (from npm) on a free loopback port with SpecmarketBond deployed (defaults as
     Deploy.s.sol: 3 referees = anvil accounts 1-3, threshold 2); stopped at the end of the session."""
-    from chainutil import Chain, free_port
+    from chainutil import deployed_chain
 
-    from node.chain.anvil import AnvilProcess
-    from node.chain.client import BondClient, connect, deploy
-    from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
-
-    with AnvilProcess(free_port()) as anvil:
-        w3 = connect(anvil.url)
-        referees = [dev_address(i) for i in DEV_REFEREES]
-        deployment, tx = deploy(w3, dev_key(DEV_DEPLOYER), BondConfig(), referees, DEFAULT_THRESHOLD)
-        deployments = tmp_path_factory.mktemp("deployments")
-        deployment.save(deployments)
-        yield Chain(anvil.url, deployments, deployment, BondClient(w3, deployment.address), tx.gas_used)
+    with deployed_chain(tmp_path_factory.mktemp("deployments")) as chain:
+        yield chain
