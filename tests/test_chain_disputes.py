@@ -77,6 +77,13 @@ def test_honest_speculating_operator_is_found_correct_and_nothing_is_spent(chain
     finally:
         drafter.stop()
         target.stop()
+    restarted = bonded_target(tmp_path, chain, "--max-drafters", "0")  # same data dir, same operator key
+    try:
+        after_restart = complete(restarted.lines["http"][0], PROMPT, seed=1, max_tokens=MAX_TOKENS, temperature=1.0)
+    finally:
+        restarted.stop()
+    assert after_restart["specmarket"]["receipt"] == answers[0]["specmarket"]["receipt"]  # kept in SQLite
+    assert after_restart["specmarket"]["stats"]["replayed"] == 1
     receipts = [receipt_of(a) for a in answers]
     assert sum(a["specmarket"]["stats"]["draft_tokens_accepted"] for a in answers) > 0  # it did speculate
     assert receipts[0].receipt.model_hash == committed_hash
