@@ -1,12 +1,18 @@
-# specmarket: `make demo` sets everything up and runs the demo; `make test` sets up and runs all tests.
-# Both are idempotent: the virtual environment is (re)built only when pyproject.toml changes.
+# specmarket: `make demo` sets everything up and runs the demo; `make test` sets up and runs all tests
+# (the contracts' forge tests with the `ci` profile, then pytest).
+# Both are idempotent: the virtual environment is (re)built only when pyproject.toml changes, the
+# node tooling (anvil, forge, solc-js, OpenZeppelin, forge-std) only when package*.json change.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+# forge's platform binary, run from contracts/: npm's node_modules/.bin/forge launcher exits 0 even
+# when tests fail (foundry-rs/foundry#14781)
+FORGE  := tools/forge
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-contracts lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,21 +21,31 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# npm ci empties node_modules/ first, so the stamp inside it goes too until the install succeeds.
+$(NODE_STAMP): package.json package-lock.json
+	npm ci
+	touch $(NODE_STAMP)
+
+setup: $(STAMP) $(NODE_STAMP)
 
 demo: setup
 	$(BIN)/specmarket demo
 
-test: setup
+test: setup test-contracts
 	$(BIN)/python -m pytest
+
+# fuzz and invariant effort of the ci profile: see contracts/foundry.toml and contracts/README.md
+test-contracts: $(NODE_STAMP)
+	cd contracts && FOUNDRY_PROFILE=ci $(FORGE) test
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	cd contracts && $(FORGE) fmt --check
 
 bench: setup
 	$(BIN)/python scripts/bench_local.py
 	$(BIN)/python scripts/bench_p2p.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache demo_out bench_out
+	rm -rf $(VENV) .pytest_cache demo_out bench_out contracts/out contracts/cache

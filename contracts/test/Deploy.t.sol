@@ -3,6 +3,7 @@ pragma solidity ^0.8.24;
 
 import {TestBase} from "./utils/TestBase.sol";
 import {Deploy} from "../script/Deploy.s.sol";
+import {Anvil} from "../script/utils/DevChain.sol";
 import {SpecmarketBond} from "../src/SpecmarketBond.sol";
 
 /// @dev The deploy script's defaults: anvil referees 1-3, threshold 2, validated config.
@@ -11,11 +12,11 @@ contract DeployTest is TestBase {
         SpecmarketBond bond = new Deploy().run();
         assertEq(bond.refereeCount(), 3, "three referees");
         assertEq(bond.threshold(), 2, "threshold 2");
-        assertTrue(bond.isReferee(0x70997970C51812dc3A010C7d01b50e0d17dc79C8), "anvil 1");
-        assertTrue(bond.isReferee(0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC), "anvil 2");
-        assertTrue(bond.isReferee(0x90F79bf6EB2c4f870365E785982E1f101E93b906), "anvil 3");
-        assertEq(bond.owner(), 0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266, "owner: anvil 0");
-        assertEq(bond.treasury(), 0xa0Ee7A142d267C1f36714E4a8F75612F20a79720, "treasury: anvil 9");
+        assertTrue(bond.isReferee(Anvil.ACCOUNT_1), "anvil 1");
+        assertTrue(bond.isReferee(Anvil.ACCOUNT_2), "anvil 2");
+        assertTrue(bond.isReferee(Anvil.ACCOUNT_3), "anvil 3");
+        assertEq(bond.owner(), Anvil.ACCOUNT_0, "owner: anvil 0");
+        assertEq(bond.treasury(), Anvil.ACCOUNT_9, "treasury: anvil 9");
         assertEq(bond.minBond(), 1 ether, "minBond");
         assertEq(bond.challengeWindow(), 1 hours, "challengeWindow");
         assertEq(bond.resolveTimeout(), 1 hours, "resolveTimeout");
@@ -23,5 +24,17 @@ contract DeployTest is TestBase {
         assertEq(bond.challengerBond(), 0.1 ether, "challengerBond");
         assertEq(bond.slashAmount(), 1 ether, "slashAmount");
         assertEq(bond.challengerRewardBps(), 5_000, "rewardBps");
+    }
+
+    /// The scripts' hard-coded anvil keys and accounts belong together.
+    function test_anvil_keysMatchAccounts_succeeds() public {
+        assertEq(vm.addr(Anvil.KEY_0), Anvil.ACCOUNT_0, "account 0");
+        assertEq(vm.addr(Anvil.KEY_1), Anvil.ACCOUNT_1, "account 1");
+        assertEq(vm.addr(Anvil.KEY_2), Anvil.ACCOUNT_2, "account 2");
+        assertEq(vm.addr(Anvil.KEY_3), Anvil.ACCOUNT_3, "account 3");
+        assertEq(vm.addr(Anvil.KEY_4), Anvil.ACCOUNT_4, "account 4");
+        assertEq(vm.addr(Anvil.KEY_5), Anvil.ACCOUNT_5, "account 5");
+        assertEq(vm.addr(Anvil.KEY_6), Anvil.ACCOUNT_6, "account 6");
+        assertEq(vm.addr(Anvil.KEY_9), Anvil.ACCOUNT_9, "account 9");
     }
 }

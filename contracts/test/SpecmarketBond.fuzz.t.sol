@@ -13,15 +13,7 @@ contract SpecmarketBondFuzzTest is BondFixture {
 
     function setUp() public override {
         super.setUp();
-        uint256[] memory all = new uint256[](5);
-        for (uint256 i; i < 5; ++i) {
-            all[i] = 0x100 + i;
-        }
-        all = _sortByAddress(all);
-        for (uint256 i; i < 5; ++i) {
-            fivePks.push(all[i]);
-            fiveAddrs.push(vm.addr(all[i]));
-        }
+        (fivePks, fiveAddrs) = _refereeKeys(0x100, 5);
         bond5 = new SpecmarketBond(owner, _config(), fiveAddrs, 1);
         vm.prank(operator);
         bond5.register{value: 2 ether}(MODEL);

@@ -2,10 +2,13 @@
 pragma solidity ^0.8.24;
 
 import {BondFixture} from "./utils/BondFixture.sol";
+import {TestUtils} from "./utils/TestBase.sol";
+import {Anvil} from "../script/utils/DevChain.sol";
 import {SpecmarketBond} from "../src/SpecmarketBond.sol";
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {Ownable} from "@openzeppelin/contracts/access/Ownable.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 
 /// @dev Refuses ETH, so `withdraw` to it fails.
 contract EthRefuser {
@@ -39,46 +42,21 @@ contract Reenterer {
 
 /// @dev Unit tests: every external function's success path and every revert.
 contract SpecmarketBondTest is BondFixture {
-    // events, redeclared for vm.expectEmit
-    event OperatorRegistered(address indexed operator, bytes32 indexed modelHash, uint256 bond);
-    event BondToppedUp(address indexed operator, uint256 amount, uint256 newBond);
-    event UnbondRequested(address indexed operator, uint256 unbondAt);
-    event BondWithdrawn(address indexed operator, uint256 amount);
-    event ChallengeOpened(
-        uint256 indexed id,
-        address indexed operator,
-        address indexed challenger,
-        bytes32 receiptDigest,
-        bytes32 modelHash,
-        uint32 position,
-        SpecmarketBond.SamplingParams params,
-        uint32[] prompt,
-        uint32[] output
-    );
-    event ChallengeResolved(uint256 indexed id, address indexed operator, bool operatorAtFault, uint256 slashed);
-    event ChallengeExpired(uint256 indexed id, address indexed challenger, uint256 refunded);
-    event EquivocationProven(
-        address indexed operator, bytes32 indexed requestHash, bytes32 outputHashA, bytes32 outputHashB
-    );
-    event OperatorSlashed(
-        address indexed operator,
-        address indexed reporter,
-        SpecmarketBond.SlashReason indexed reason,
-        uint256 amount,
-        uint256 reporterReward,
-        uint256 treasuryShare
-    );
-    event Credited(address indexed account, uint256 amount);
-    event Withdrawn(address indexed account, uint256 amount);
-    event RefereeAdded(address indexed referee);
-    event RefereeRemoved(address indexed referee);
-    event ThresholdChanged(uint256 oldThreshold, uint256 newThreshold);
-
     uint256 internal constant REWARD = SLASH_AMOUNT * REWARD_BPS / 10_000;
 
     /*//////////////////////////////////////////////////////////////
                               CONSTRUCTOR
     //////////////////////////////////////////////////////////////*/
+
+    function _expectDeployRevert(
+        SpecmarketBond.Config memory c,
+        address[] memory refs,
+        uint256 threshold,
+        bytes memory err
+    ) internal {
+        vm.expectRevert(err);
+        new SpecmarketBond(owner, c, refs, threshold);
+    }
 
     function test_constructor_setsConfig_succeeds() public view {
         assertEq(bond.minBond(), MIN_BOND, "minBond");
@@ -95,61 +73,66 @@ contract SpecmarketBondTest is BondFixture {
         for (uint256 i; i < 3; ++i) {
             assertTrue(bond.isReferee(refAddrs[i]), "isReferee");
         }
-        assertEq(bond.referees().length, 3, "referees()");
+        address[] memory listed = bond.referees();
+        assertEq(listed.length, 3, "referees()");
+        for (uint256 i; i < listed.length; ++i) {
+            assertTrue(bond.isReferee(listed[i]), "referees() lists referees");
+        }
         assertEq(bond.nextChallengeId(), 1, "ids start at 1");
     }
 
     function test_constructor_emitsRefereeAndThresholdEvents_succeeds() public {
         vm.expectEmit(true, false, false, true);
-        emit RefereeAdded(refAddrs[0]);
+        emit SpecmarketBond.RefereeAdded(refAddrs[0]);
         vm.expectEmit(true, false, false, true);
-        emit RefereeAdded(refAddrs[1]);
+        emit SpecmarketBond.RefereeAdded(refAddrs[1]);
         vm.expectEmit(true, false, false, true);
-        emit RefereeAdded(refAddrs[2]);
+        emit SpecmarketBond.RefereeAdded(refAddrs[2]);
         vm.expectEmit(false, false, false, true);
-        emit ThresholdChanged(0, 3);
+        emit SpecmarketBond.ThresholdChanged(0, 3);
         new SpecmarketBond(owner, _config(), refAddrs, 3);
     }
 
     function test_constructor_zeroMinBond_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.minBond = 0;
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroMinBond.selector));
-        new SpecmarketBond(owner, c, refAddrs, 2);
+        _expectDeployRevert(c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.ZeroMinBond.selector));
     }
 
     function test_constructor_zeroChallengeWindow_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.challengeWindow = 0;
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroChallengeWindow.selector));
-        new SpecmarketBond(owner, c, refAddrs, 2);
+        _expectDeployRevert(c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.ZeroChallengeWindow.selector));
     }
 
     function test_constructor_zeroResolveTimeout_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.resolveTimeout = 0;
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroResolveTimeout.selector));
-        new SpecmarketBond(owner, c, refAddrs, 2);
+        _expectDeployRevert(c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.ZeroResolveTimeout.selector));
     }
 
     function test_constructor_unbondingDelayEqualToWindowPlusTimeout_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.unbondingDelay = CHALLENGE_WINDOW + RESOLVE_TIMEOUT;
-        vm.expectRevert(
+        _expectDeployRevert(
+            c,
+            refAddrs,
+            2,
             abi.encodeWithSelector(
                 SpecmarketBond.UnbondingDelayTooShort.selector, c.unbondingDelay, CHALLENGE_WINDOW, RESOLVE_TIMEOUT
             )
         );
-        new SpecmarketBond(owner, c, refAddrs, 2);
     }
 
     function test_constructor_unbondingDelayTooLong_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.unbondingDelay = 5 * 365 days + 1;
-        vm.expectRevert(
+        _expectDeployRevert(
+            c,
+            refAddrs,
+            2,
             abi.encodeWithSelector(SpecmarketBond.UnbondingDelayTooLong.selector, c.unbondingDelay, 5 * 365 days)
         );
-        new SpecmarketBond(owner, c, refAddrs, 2);
     }
 
     function test_constructor_maxUnbondingDelay_succeeds() public {
@@ -178,36 +161,33 @@ contract SpecmarketBondTest is BondFixture {
     function test_constructor_zeroChallengerBond_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.challengerBond = 0;
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidChallengerBond.selector, 0));
-        new SpecmarketBond(owner, c, refAddrs, 2);
+        _expectDeployRevert(c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.InvalidChallengerBond.selector, 0));
     }
 
     function test_constructor_challengerBondAboveUint96_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.challengerBond = uint256(type(uint96).max) + 1;
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidChallengerBond.selector, c.challengerBond));
-        new SpecmarketBond(owner, c, refAddrs, 2);
+        _expectDeployRevert(
+            c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.InvalidChallengerBond.selector, c.challengerBond)
+        );
     }
 
     function test_constructor_zeroSlashAmount_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.slashAmount = 0;
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroSlashAmount.selector));
-        new SpecmarketBond(owner, c, refAddrs, 2);
+        _expectDeployRevert(c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.ZeroSlashAmount.selector));
     }
 
     function test_constructor_rewardBpsFull_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.challengerRewardBps = 10_000;
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.RewardBpsTooHigh.selector, 10_000));
-        new SpecmarketBond(owner, c, refAddrs, 2);
+        _expectDeployRevert(c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.RewardBpsTooHigh.selector, 10_000));
     }
 
     function test_constructor_zeroTreasury_reverts() public {
         SpecmarketBond.Config memory c = _config();
         c.treasury = address(0);
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroTreasury.selector));
-        new SpecmarketBond(owner, c, refAddrs, 2);
+        _expectDeployRevert(c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.ZeroTreasury.selector));
     }
 
     function test_constructor_zeroOwner_reverts() public {
@@ -218,31 +198,34 @@ contract SpecmarketBondTest is BondFixture {
     function test_constructor_zeroReferee_reverts() public {
         address[] memory refs = new address[](2);
         refs[0] = refAddrs[0];
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroReferee.selector));
-        new SpecmarketBond(owner, _config(), refs, 1);
+        _expectDeployRevert(_config(), refs, 1, abi.encodeWithSelector(SpecmarketBond.ZeroReferee.selector));
     }
 
     function test_constructor_duplicateReferee_reverts() public {
         address[] memory refs = new address[](2);
         refs[0] = refAddrs[0];
         refs[1] = refAddrs[0];
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.AlreadyReferee.selector, refAddrs[0]));
-        new SpecmarketBond(owner, _config(), refs, 1);
+        _expectDeployRevert(
+            _config(), refs, 1, abi.encodeWithSelector(SpecmarketBond.AlreadyReferee.selector, refAddrs[0])
+        );
     }
 
     function test_constructor_zeroThreshold_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 0, 3));
-        new SpecmarketBond(owner, _config(), refAddrs, 0);
+        _expectDeployRevert(
+            _config(), refAddrs, 0, abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 0, 3)
+        );
     }
 
     function test_constructor_thresholdAboveRefereeCount_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 4, 3));
-        new SpecmarketBond(owner, _config(), refAddrs, 4);
+        _expectDeployRevert(
+            _config(), refAddrs, 4, abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 4, 3)
+        );
     }
 
     function test_constructor_noReferees_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 1, 0));
-        new SpecmarketBond(owner, _config(), new address[](0), 1);
+        _expectDeployRevert(
+            _config(), new address[](0), 1, abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 1, 0)
+        );
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -254,7 +237,7 @@ contract SpecmarketBondTest is BondFixture {
         vm.deal(op, MIN_BOND);
         bytes32 model = keccak256("other");
         vm.expectEmit(true, true, false, true, address(bond));
-        emit OperatorRegistered(op, model, MIN_BOND);
+        emit SpecmarketBond.OperatorRegistered(op, model, MIN_BOND);
         vm.prank(op);
         bond.register{value: MIN_BOND}(model);
 
@@ -291,11 +274,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_register_againAfterWithdrawBond_succeeds() public {
-        vm.prank(operator);
-        bond.requestUnbond();
-        vm.warp(block.timestamp + UNBONDING_DELAY);
-        vm.prank(operator);
-        bond.withdrawBond();
+        _leave(operator);
         bytes32 newModel = keccak256("new model");
         vm.prank(operator);
         bond.register{value: MIN_BOND}(newModel);
@@ -307,9 +286,18 @@ contract SpecmarketBondTest is BondFixture {
         assertEq(bond.credits(operator), 2 ether, "old bond credited");
     }
 
+    function test_register_bondAboveUint128_reverts() public {
+        address op = vm.addr(OTHER_PK);
+        uint256 amount = uint256(type(uint128).max) + 1;
+        vm.deal(op, amount);
+        vm.expectRevert(abi.encodeWithSelector(SafeCast.SafeCastOverflowedUintDowncast.selector, 128, amount));
+        vm.prank(op);
+        bond.register{value: amount}(MODEL);
+    }
+
     function test_topUp_addsToBond_succeeds() public {
         vm.expectEmit(true, false, false, true, address(bond));
-        emit BondToppedUp(operator, 1 ether, 3 ether);
+        emit SpecmarketBond.BondToppedUp(operator, 1 ether, 3 ether);
         vm.prank(operator);
         bond.topUp{value: 1 ether}();
         assertEq(_bondOf(operator), 3 ether, "bond");
@@ -336,10 +324,22 @@ contract SpecmarketBondTest is BondFixture {
         bond.topUp();
     }
 
+    function test_topUp_bondAboveUint128_reverts() public {
+        uint256 amount = uint256(type(uint128).max) - 2 ether + 1; // the bond is 2 ether
+        vm.deal(operator, amount);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                SafeCast.SafeCastOverflowedUintDowncast.selector, 128, uint256(type(uint128).max) + 1
+            )
+        );
+        vm.prank(operator);
+        bond.topUp{value: amount}();
+    }
+
     function test_requestUnbond_startsDelay_succeeds() public {
         uint256 unbondAt = block.timestamp + UNBONDING_DELAY;
         vm.expectEmit(true, false, false, true, address(bond));
-        emit UnbondRequested(operator, unbondAt);
+        emit SpecmarketBond.UnbondRequested(operator, unbondAt);
         vm.prank(operator);
         bond.requestUnbond();
         (bool registered, bool active,,, uint256 unbondAt_,) = bond.operatorInfo(operator);
@@ -364,14 +364,22 @@ contract SpecmarketBondTest is BondFixture {
         bond.requestUnbond();
     }
 
+    function test_requestUnbond_unbondAtAboveUint48_reverts() public {
+        uint256 unbondAt = uint256(type(uint48).max) + 1;
+        vm.warp(unbondAt - UNBONDING_DELAY); // ~8.9 million years from now
+        vm.expectRevert(abi.encodeWithSelector(SafeCast.SafeCastOverflowedUintDowncast.selector, 48, unbondAt));
+        vm.prank(operator);
+        bond.requestUnbond();
+    }
+
     function test_withdrawBond_afterDelay_succeeds() public {
         vm.prank(operator);
         bond.requestUnbond();
         vm.warp(block.timestamp + UNBONDING_DELAY);
         vm.expectEmit(true, false, false, true, address(bond));
-        emit BondWithdrawn(operator, 2 ether);
+        emit SpecmarketBond.BondWithdrawn(operator, 2 ether);
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Credited(operator, 2 ether);
+        emit SpecmarketBond.Credited(operator, 2 ether);
         vm.prank(operator);
         bond.withdrawBond();
         (bool registered,, bytes32 m, uint256 b, uint256 unbondAt_,) = bond.operatorInfo(operator);
@@ -447,6 +455,11 @@ contract SpecmarketBondTest is BondFixture {
         assertEq(b, 0.5 ether, "bond");
     }
 
+    /// @dev A well-formed 65-byte signature (r = s = 0, v = 27) that recovers no address.
+    function _zeroSig() internal pure returns (bytes memory) {
+        return abi.encodePacked(bytes32(0), bytes32(0), uint8(27));
+    }
+
     /*//////////////////////////////////////////////////////////////
                                HASHING
     //////////////////////////////////////////////////////////////*/
@@ -511,16 +524,9 @@ contract SpecmarketBondTest is BondFixture {
         });
         assertEq(b.receiptDigest(r), KAT_RECEIPT_DIGEST, "receipt digest");
         // forge's vm.sign and libsecp256k1 both use RFC 6979 nonces: same signature byte for byte.
-        assertEq(keccak256(_signReceiptOn(b, OPERATOR_PK, r)), keccak256(KAT_SIG), "signature");
+        assertEq(keccak256(TestUtils.sign(OPERATOR_PK, b.receiptDigest(r))), keccak256(KAT_SIG), "signature");
         assertEq(b.receiptSigner(r, KAT_SIG), operator, "signer");
         assertEq(b.verdictDigest(7, true), KAT_VERDICT_DIGEST, "verdict digest");
-    }
-
-    function _signReceiptOn(SpecmarketBond b, uint256 pk, SpecmarketBond.Receipt memory r)
-        internal
-        returns (bytes memory)
-    {
-        return _sig(pk, b.receiptDigest(r));
     }
 
     function test_receiptDigest_matchesManualEip712_succeeds() public view {
@@ -577,6 +583,46 @@ contract SpecmarketBondTest is BondFixture {
         bond.receiptSigner(_goodReceipt(), new bytes(64));
     }
 
+    function test_receiptSigner_unrecoverable_reverts() public {
+        // r = s = 0: ecrecover yields address(0), which ECDSA refuses
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignature.selector));
+        bond.receiptSigner(_goodReceipt(), _zeroSig());
+    }
+
+    function test_eip712Domain_fields_succeeds() public view {
+        (
+            bytes1 fields,
+            string memory name,
+            string memory version,
+            uint256 chainId,
+            address verifyingContract,
+            bytes32 salt,
+            uint256[] memory extensions
+        ) = bond.eip712Domain();
+        assertEq(uint256(uint8(fields)), 0x0f, "name, version, chainId, verifyingContract");
+        assertEq(keccak256(bytes(name)), keccak256("SpecmarketBond"), "name");
+        assertEq(keccak256(bytes(version)), keccak256("1"), "version");
+        assertEq(chainId, block.chainid, "chainId");
+        assertEq(verifyingContract, address(bond), "verifyingContract");
+        assertEq(salt, bytes32(0), "no salt");
+        assertEq(extensions.length, 0, "no extensions");
+    }
+
+    function test_constants_values_succeeds() public view {
+        assertEq(
+            bond.RECEIPT_TYPEHASH(),
+            keccak256(
+                "Receipt(address operator,bytes32 modelHash,bytes32 requestHash,bytes32 outputHash,uint32 tokenCount,uint64 issuedAt)"
+            ),
+            "RECEIPT_TYPEHASH"
+        );
+        assertEq(
+            bond.VERDICT_TYPEHASH(), keccak256("Verdict(uint256 challengeId,bool operatorAtFault)"), "VERDICT_TYPEHASH"
+        );
+        assertEq(bond.BPS(), 10_000, "BPS");
+        assertEq(bond.MAX_UNBONDING_DELAY(), 5 * 365 days, "MAX_UNBONDING_DELAY");
+    }
+
     /*//////////////////////////////////////////////////////////////
                               EQUIVOCATION
     //////////////////////////////////////////////////////////////*/
@@ -586,9 +632,9 @@ contract SpecmarketBondTest is BondFixture {
         internal
         returns (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb)
     {
-        uint32[] memory p = _tokens(uint256(salt), 4);
-        a = _receipt(operator, MODEL, p, params, _tokens(10, 3), uint64(block.timestamp));
-        b = _receipt(operator, MODEL, p, params, _tokens(11, 3), uint64(block.timestamp));
+        uint32[] memory p = TestUtils.tokens(uint256(salt), 4);
+        a = _receipt(operator, MODEL, p, params, TestUtils.tokens(10, 3), uint64(block.timestamp));
+        b = _receipt(operator, MODEL, p, params, TestUtils.tokens(11, 3), uint64(block.timestamp));
         sa = _signReceipt(OPERATOR_PK, a);
         sb = _signReceipt(OPERATOR_PK, b);
     }
@@ -604,15 +650,15 @@ contract SpecmarketBondTest is BondFixture {
         (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb) =
             _equivPair("x");
         vm.expectEmit(true, true, false, true, address(bond));
-        emit EquivocationProven(operator, a.requestHash, a.outputHash, b.outputHash);
+        emit SpecmarketBond.EquivocationProven(operator, a.requestHash, a.outputHash, b.outputHash);
         vm.expectEmit(true, true, true, true, address(bond));
-        emit OperatorSlashed(
+        emit SpecmarketBond.OperatorSlashed(
             operator, reporter, SpecmarketBond.SlashReason.Equivocation, SLASH_AMOUNT, REWARD, SLASH_AMOUNT - REWARD
         );
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Credited(reporter, REWARD);
+        emit SpecmarketBond.Credited(reporter, REWARD);
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Credited(treasury, SLASH_AMOUNT - REWARD);
+        emit SpecmarketBond.Credited(treasury, SLASH_AMOUNT - REWARD);
         vm.prank(reporter);
         bond.slashEquivocation(a, sa, b, sb);
 
@@ -633,7 +679,12 @@ contract SpecmarketBondTest is BondFixture {
         bond.slashEquivocation(b, sb, a, sa);
         // a third receipt for the same request doesn't open a second slash either
         SpecmarketBond.Receipt memory c = _receipt(
-            operator, MODEL, _tokens(uint256(bytes32("x")), 4), params, _tokens(12, 3), uint64(block.timestamp)
+            operator,
+            MODEL,
+            TestUtils.tokens(uint256(bytes32("x")), 4),
+            params,
+            TestUtils.tokens(12, 3),
+            uint64(block.timestamp)
         );
         bytes memory sc = _signReceipt(OPERATOR_PK, c);
         vm.expectRevert(
@@ -688,8 +739,9 @@ contract SpecmarketBondTest is BondFixture {
 
     function test_slashEquivocation_sameOutput_reverts() public {
         (SpecmarketBond.Receipt memory a, bytes memory sa,,) = _equivPair("x");
-        SpecmarketBond.Receipt memory b =
-            _receipt(operator, MODEL, _tokens(uint256(bytes32("x")), 4), params, _tokens(10, 3), a.issuedAt + 5);
+        SpecmarketBond.Receipt memory b = _receipt(
+            operator, MODEL, TestUtils.tokens(uint256(bytes32("x")), 4), params, TestUtils.tokens(10, 3), a.issuedAt + 5
+        );
         // a re-signed identical answer (other timestamp) is not equivocation
         assertEq(b.outputHash, a.outputHash, "same output");
         assertTrue(bond.receiptDigest(a) != bond.receiptDigest(b), "different receipts");
@@ -700,9 +752,11 @@ contract SpecmarketBondTest is BondFixture {
 
     function test_slashEquivocation_notRegistered_reverts() public {
         address ghost = vm.addr(OTHER_PK);
-        uint32[] memory p = _tokens(3, 4);
-        SpecmarketBond.Receipt memory a = _receipt(ghost, MODEL, p, params, _tokens(10, 3), uint64(block.timestamp));
-        SpecmarketBond.Receipt memory b = _receipt(ghost, MODEL, p, params, _tokens(11, 3), uint64(block.timestamp));
+        uint32[] memory p = TestUtils.tokens(3, 4);
+        SpecmarketBond.Receipt memory a =
+            _receipt(ghost, MODEL, p, params, TestUtils.tokens(10, 3), uint64(block.timestamp));
+        SpecmarketBond.Receipt memory b =
+            _receipt(ghost, MODEL, p, params, TestUtils.tokens(11, 3), uint64(block.timestamp));
         bytes memory sa = _signReceipt(OTHER_PK, a);
         bytes memory sb = _signReceipt(OTHER_PK, b);
         vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotRegistered.selector, ghost));
@@ -738,16 +792,27 @@ contract SpecmarketBondTest is BondFixture {
         bond.slashEquivocation(a, sa, b, sb);
     }
 
+    function test_slashEquivocation_shortSignature_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b,) = _equivPair("x");
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignatureLength.selector, 64));
+        bond.slashEquivocation(a, sa, b, new bytes(64));
+    }
+
+    function test_slashEquivocation_unrecoverableSignature_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b,) = _equivPair("x");
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignature.selector));
+        bond.slashEquivocation(a, sa, b, _zeroSig());
+    }
+
     /*//////////////////////////////////////////////////////////////
                                CHALLENGE
     //////////////////////////////////////////////////////////////*/
 
     function test_challenge_validReceipt_succeeds() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         bytes32 digest = bond.receiptDigest(r);
         vm.expectEmit(true, true, true, true, address(bond));
-        emit ChallengeOpened(1, operator, challenger, digest, MODEL, 3, params, prompt, output);
+        emit SpecmarketBond.ChallengeOpened(1, operator, challenger, digest, MODEL, 3, params, prompt, output);
         uint256 id = _challenge(r, sig, 3);
 
         assertEq(id, 1, "first id");
@@ -765,8 +830,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_challenge_atWindowEnd_succeeds() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         vm.warp(r.issuedAt + CHALLENGE_WINDOW);
         _challenge(r, sig, 0);
     }
@@ -777,8 +841,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_challenge_whileUnbonding_succeeds() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         vm.prank(operator);
         bond.requestUnbond();
         _challenge(r, sig, 0);
@@ -786,8 +849,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_challenge_bondTooLow_reverts() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         vm.expectRevert(
             abi.encodeWithSelector(SpecmarketBond.WrongChallengerBond.selector, CHALLENGER_BOND - 1, CHALLENGER_BOND)
         );
@@ -796,8 +858,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_challenge_bondTooHigh_reverts() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         vm.expectRevert(
             abi.encodeWithSelector(SpecmarketBond.WrongChallengerBond.selector, CHALLENGER_BOND + 1, CHALLENGER_BOND)
         );
@@ -822,8 +883,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_challenge_requestHashMismatch_reverts() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         params.seed = 43; // the challenger claims other params than the receipt committed to
         vm.expectRevert(
             abi.encodeWithSelector(
@@ -834,8 +894,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_challenge_promptMismatch_reverts() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         prompt.push(7);
         vm.expectRevert(
             abi.encodeWithSelector(
@@ -846,8 +905,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_challenge_outputHashMismatch_reverts() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         output[2] += 1;
         vm.expectRevert(
             abi.encodeWithSelector(SpecmarketBond.OutputHashMismatch.selector, _refHashTokens(output), r.outputHash)
@@ -864,8 +922,7 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_challenge_positionOutOfRange_reverts() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         uint32 pos = uint32(output.length);
         vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.PositionOutOfRange.selector, pos, output.length));
         _challenge(r, sig, pos);
@@ -873,15 +930,13 @@ contract SpecmarketBondTest is BondFixture {
 
     function test_challenge_emptyOutput_reverts() public {
         delete output;
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.PositionOutOfRange.selector, 0, 0));
         _challenge(r, sig, 0);
     }
 
     function test_challenge_afterWindow_reverts() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         uint256 windowEnd = r.issuedAt + CHALLENGE_WINDOW;
         vm.warp(windowEnd + 1);
         vm.expectRevert(
@@ -930,20 +985,36 @@ contract SpecmarketBondTest is BondFixture {
     function test_challenge_receiptForOtherContract_reverts() public {
         SpecmarketBond other = new SpecmarketBond(owner, _config(), refAddrs, 2);
         SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _sig(OPERATOR_PK, other.receiptDigest(r));
+        bytes memory sig = TestUtils.sign(OPERATOR_PK, other.receiptDigest(r));
         address recovered = _recover(bond.receiptDigest(r), sig);
         vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidReceiptSigner.selector, operator, recovered));
         _challenge(r, sig, 0);
     }
 
     function test_challenge_receiptAlreadySlashed_reverts() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         uint256 id = _challenge(r, sig, 1);
         bond.resolve(id, true, _quorum(id, true, 2));
         bytes32 digest = bond.receiptDigest(r);
         vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ReceiptAlreadySlashed.selector, digest));
         _challenge(r, sig, 2);
+    }
+
+    function test_challenge_shortSignature_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignatureLength.selector, 66));
+        _challenge(_goodReceipt(), new bytes(66), 0);
+    }
+
+    function test_challenge_unrecoverableSignature_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignature.selector));
+        _challenge(_goodReceipt(), _zeroSig(), 0);
+    }
+
+    function test_getChallenge_unknownId_succeeds() public view {
+        SpecmarketBond.Challenge memory c = bond.getChallenge(1);
+        assertTrue(c.status == SpecmarketBond.ChallengeStatus.None, "unused id");
+        assertEq(c.challenger, address(0), "empty record");
+        assertEq(c.bond, 0, "no bond");
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -954,17 +1025,17 @@ contract SpecmarketBondTest is BondFixture {
         uint256 id = _openChallenge();
         bytes[] memory sigs = _quorum(id, true, 2);
         vm.expectEmit(true, true, true, true, address(bond));
-        emit OperatorSlashed(
+        emit SpecmarketBond.OperatorSlashed(
             operator, challenger, SpecmarketBond.SlashReason.WrongToken, SLASH_AMOUNT, REWARD, SLASH_AMOUNT - REWARD
         );
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Credited(challenger, REWARD);
+        emit SpecmarketBond.Credited(challenger, REWARD);
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Credited(treasury, SLASH_AMOUNT - REWARD);
+        emit SpecmarketBond.Credited(treasury, SLASH_AMOUNT - REWARD);
         vm.expectEmit(true, true, false, true, address(bond));
-        emit ChallengeResolved(id, operator, true, SLASH_AMOUNT);
+        emit SpecmarketBond.ChallengeResolved(id, operator, true, SLASH_AMOUNT);
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Credited(challenger, CHALLENGER_BOND);
+        emit SpecmarketBond.Credited(challenger, CHALLENGER_BOND);
         vm.prank(reporter); // anyone may submit the verdict
         bond.resolve(id, true, sigs);
 
@@ -980,9 +1051,9 @@ contract SpecmarketBondTest is BondFixture {
         uint256 id = _openChallenge();
         bytes[] memory sigs = _quorum(id, false, 3); // more than the threshold is fine
         vm.expectEmit(true, true, false, true, address(bond));
-        emit ChallengeResolved(id, operator, false, 0);
+        emit SpecmarketBond.ChallengeResolved(id, operator, false, 0);
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Credited(operator, CHALLENGER_BOND);
+        emit SpecmarketBond.Credited(operator, CHALLENGER_BOND);
         bond.resolve(id, false, sigs);
 
         assertEq(_bondOf(operator), 2 ether, "not slashed");
@@ -999,13 +1070,12 @@ contract SpecmarketBondTest is BondFixture {
     }
 
     function test_resolve_secondFaultOnSameReceipt_succeeds() public {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        bytes memory sig = _signReceipt(OPERATOR_PK, r);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
         uint256 id1 = _challenge(r, sig, 1);
         uint256 id2 = _challenge(r, sig, 4);
         bond.resolve(id1, true, _quorum(id1, true, 2));
         vm.expectEmit(true, true, false, true, address(bond));
-        emit ChallengeResolved(id2, operator, true, 0);
+        emit SpecmarketBond.ChallengeResolved(id2, operator, true, 0);
         bond.resolve(id2, true, _quorum(id2, true, 2));
         assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "a receipt is slashed once");
         assertEq(bond.credits(challenger), 2 * CHALLENGER_BOND + REWARD, "both bonds back, one reward");
@@ -1083,7 +1153,7 @@ contract SpecmarketBondTest is BondFixture {
         uint256[] memory pks = new uint256[](2);
         pks[0] = refPks[0];
         pks[1] = 0xDEAD; // not a referee
-        pks = _sortByAddress(pks);
+        pks = TestUtils.sortByAddress(pks);
         bytes[] memory sigs = _verdictSigs(bond, id, true, pks);
         vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, vm.addr(0xDEAD)));
         bond.resolve(id, true, sigs);
@@ -1134,6 +1204,22 @@ contract SpecmarketBondTest is BondFixture {
         bond.resolve(id, true, sigs);
     }
 
+    function test_resolve_shortSignature_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, true, 2);
+        sigs[1] = new bytes(64);
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignatureLength.selector, 64));
+        bond.resolve(id, true, sigs);
+    }
+
+    function test_resolve_unrecoverableSignature_reverts() public {
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _quorum(id, true, 2);
+        sigs[0] = _zeroSig();
+        vm.expectRevert(abi.encodeWithSelector(ECDSA.ECDSAInvalidSignature.selector));
+        bond.resolve(id, true, sigs);
+    }
+
     /*//////////////////////////////////////////////////////////////
                              REFUND EXPIRED
     //////////////////////////////////////////////////////////////*/
@@ -1142,9 +1228,9 @@ contract SpecmarketBondTest is BondFixture {
         uint256 id = _openChallenge();
         vm.warp(block.timestamp + RESOLVE_TIMEOUT + 1);
         vm.expectEmit(true, true, false, true, address(bond));
-        emit ChallengeExpired(id, challenger, CHALLENGER_BOND);
+        emit SpecmarketBond.ChallengeExpired(id, challenger, CHALLENGER_BOND);
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Credited(challenger, CHALLENGER_BOND);
+        emit SpecmarketBond.Credited(challenger, CHALLENGER_BOND);
         vm.prank(reporter); // anyone may trigger it
         bond.refundExpired(id);
         assertEq(bond.credits(challenger), CHALLENGER_BOND, "refunded");
@@ -1190,7 +1276,7 @@ contract SpecmarketBondTest is BondFixture {
     function test_addReferee_byOwner_succeeds() public {
         address r = address(0x4EF);
         vm.expectEmit(true, false, false, true, address(bond));
-        emit RefereeAdded(r);
+        emit SpecmarketBond.RefereeAdded(r);
         vm.prank(owner);
         bond.addReferee(r);
         assertTrue(bond.isReferee(r), "added");
@@ -1217,7 +1303,7 @@ contract SpecmarketBondTest is BondFixture {
 
     function test_removeReferee_byOwner_succeeds() public {
         vm.expectEmit(true, false, false, true, address(bond));
-        emit RefereeRemoved(refAddrs[2]);
+        emit SpecmarketBond.RefereeRemoved(refAddrs[2]);
         vm.prank(owner);
         bond.removeReferee(refAddrs[2]);
         assertFalse(bond.isReferee(refAddrs[2]), "removed");
@@ -1246,7 +1332,7 @@ contract SpecmarketBondTest is BondFixture {
 
     function test_setThreshold_byOwner_succeeds() public {
         vm.expectEmit(false, false, false, true, address(bond));
-        emit ThresholdChanged(2, 3);
+        emit SpecmarketBond.ThresholdChanged(2, 3);
         vm.prank(owner);
         bond.setThreshold(3);
         assertEq(bond.threshold(), 3, "threshold");
@@ -1279,6 +1365,7 @@ contract SpecmarketBondTest is BondFixture {
         vm.prank(owner);
         bond.transferOwnership(reporter);
         assertEq(bond.owner(), owner, "not yet");
+        assertEq(bond.pendingOwner(), reporter, "pending");
         vm.prank(reporter);
         bond.acceptOwnership();
         assertEq(bond.owner(), reporter, "accepted");
@@ -1294,6 +1381,34 @@ contract SpecmarketBondTest is BondFixture {
         bond.acceptOwnership();
     }
 
+    function test_transferOwnership_notOwner_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, reporter));
+        vm.prank(reporter);
+        bond.transferOwnership(reporter);
+    }
+
+    function test_renounceOwnership_byOwner_succeeds() public {
+        vm.prank(owner);
+        bond.transferOwnership(reporter);
+        vm.prank(owner);
+        bond.renounceOwnership();
+        assertEq(bond.owner(), address(0), "no owner");
+        assertEq(bond.pendingOwner(), address(0), "pending transfer cancelled");
+        // the referee set is frozen as it is; disputes still resolve
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, owner));
+        vm.prank(owner);
+        bond.setThreshold(1);
+        uint256 id = _openChallenge();
+        bond.resolve(id, true, _quorum(id, true, 2));
+        assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "quorum still works");
+    }
+
+    function test_renounceOwnership_notOwner_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, reporter));
+        vm.prank(reporter);
+        bond.renounceOwnership();
+    }
+
     /*//////////////////////////////////////////////////////////////
                                 PAYOUTS
     //////////////////////////////////////////////////////////////*/
@@ -1304,7 +1419,7 @@ contract SpecmarketBondTest is BondFixture {
         uint256 credit = CHALLENGER_BOND + REWARD;
         uint256 before = challenger.balance;
         vm.expectEmit(true, false, false, true, address(bond));
-        emit Withdrawn(challenger, credit);
+        emit SpecmarketBond.Withdrawn(challenger, credit);
         vm.prank(challenger);
         bond.withdraw();
         assertEq(challenger.balance, before + credit, "paid");
@@ -1327,11 +1442,7 @@ contract SpecmarketBondTest is BondFixture {
         vm.deal(address(refuser), 1 ether);
         vm.prank(address(refuser));
         bond.register{value: MIN_BOND}(MODEL);
-        vm.prank(address(refuser));
-        bond.requestUnbond();
-        vm.warp(block.timestamp + UNBONDING_DELAY);
-        vm.prank(address(refuser));
-        bond.withdrawBond();
+        _leave(address(refuser));
         vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.WithdrawFailed.selector, address(refuser), MIN_BOND));
         refuser.callWithdraw(bond);
         assertEq(bond.credits(address(refuser)), MIN_BOND, "credit kept");
@@ -1342,11 +1453,7 @@ contract SpecmarketBondTest is BondFixture {
         vm.deal(address(re), 1 ether);
         vm.prank(address(re));
         bond.register{value: MIN_BOND}(MODEL);
-        vm.prank(address(re));
-        bond.requestUnbond();
-        vm.warp(block.timestamp + UNBONDING_DELAY);
-        vm.prank(address(re));
-        bond.withdrawBond();
+        _leave(address(re));
 
         re.start();
         // the re-entrant withdraw() hit the guard; the credit was paid exactly once

@@ -23,7 +23,8 @@ from node.chain import ChainError
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NODE_BIN = REPO_ROOT / "node_modules" / ".bin"
+NODE_MODULES = REPO_ROOT / "node_modules"
+NODE_BIN = NODE_MODULES / ".bin"
 ANVIL_CHAIN_ID = 31337
 DEFAULT_RPC = "http://127.0.0.1:8545"
 RPC_PROBE_TIMEOUT_S = 2.0
@@ -35,12 +36,22 @@ LOG_FILE = "anvil.log"
 STATE_FILE = "anvil-state.json"
 
 
+_PLATFORMS = {("Linux", "x86_64"): "linux-amd64", ("Linux", "aarch64"): "linux-arm64",
+              ("Darwin", "x86_64"): "darwin-amd64", ("Darwin", "arm64"): "darwin-arm64"}  # fmt: skip
+
+
 def tool_path(name: str) -> Path:
-    """An npm-installed Foundry binary (``anvil`` or ``forge``); a clear error when missing."""
-    path = NODE_BIN / name
-    if not path.exists():
-        raise ChainError(f"{path} not found: run `npm ci` in {REPO_ROOT} (or `make setup`) to install {name}")
-    return path
+    """An npm-installed Foundry binary (``anvil`` or ``forge``); a clear error when missing.
+
+    The platform binary itself, not npm's launcher in node_modules/.bin: the launcher of
+    @foundry-rs 1.7.1 always exits 0 (foundry-rs/foundry#14781) and runs the tool as its child, so
+    neither its exit status nor its pid would be the tool's.
+    """
+    platform = _PLATFORMS.get((os.uname().sysname, os.uname().machine), "unknown")
+    for path in (NODE_MODULES / "@foundry-rs" / f"{name}-{platform}" / "bin" / name, NODE_BIN / name):
+        if path.exists():
+            return path
+    raise ChainError(f"{name} not found under {NODE_MODULES}: run `npm ci` in {REPO_ROOT} (or `make setup`)")
 
 
 def chain_id_at(url: str, timeout: float = RPC_PROBE_TIMEOUT_S) -> int | None:

@@ -2,6 +2,7 @@
 pragma solidity ^0.8.24;
 
 import {BondHelpers} from "../utils/BondFixture.sol";
+import {TestUtils} from "../utils/TestBase.sol";
 import {SpecmarketBond} from "../../src/SpecmarketBond.sol";
 
 /// @dev Drives SpecmarketBond through random sequences of every user action, with real operator
@@ -19,6 +20,12 @@ contract BondHandler is BondHelpers {
     uint256 internal constant OUTSIDER_PK = 0x0BAD;
 
     uint256[] public challengeIds;
+    /// The last receipt challenged successfully: about one challenge in three piles onto it at
+    /// another position, so that receipts get found at fault more than once.
+    uint256 internal lastOpIndex;
+    uint256 internal lastDataSeed;
+    uint64 internal lastIssuedAt;
+    bool internal haveLast;
 
     // ---- ghost state ----------------------------------------------------------------------
     /// Bond each operator should hold, updated only by deposits and by slashes the handler
@@ -40,6 +47,7 @@ contract BondHandler is BondHelpers {
     uint256 public bondWithdrawals;
     uint256 public refunds;
     uint256 public clearedChallenges;
+    uint256 public repeatFaults; // at-fault verdicts on a receipt that was already slashed
     uint256 public badResolvesRejected;
 
     constructor(SpecmarketBond bond_, address owner_, uint256[] memory refPks_) {
@@ -144,10 +152,11 @@ contract BondHandler is BondHelpers {
         }
     }
 
-    /// Like a leaving operator would: first refunds its own expired challenges, then withdraws.
+    /// Half of the time like a careful leaving operator: first refunds its own expired challenges
+    /// (only timely ones can still block it); otherwise tries with whatever is still open.
     function withdrawBond(uint256 opSeed) external {
         address op = operators[opSeed % operators.length];
-        for (uint256 i; i < challengeIds.length; ++i) {
+        for (uint256 i; i < challengeIds.length && (opSeed >> 128) % 2 == 0; ++i) {
             SpecmarketBond.Challenge memory c = bond.getChallenge(challengeIds[i]);
             if (
                 c.operator == op && c.status == SpecmarketBond.ChallengeStatus.Open
@@ -172,27 +181,60 @@ contract BondHandler is BondHelpers {
     }
 
     function challenge(uint256 opSeed, uint256 chSeed, uint256 issuedBack, uint256 dataSeed, uint256 posSeed) external {
-        address op = operators[opSeed % operators.length];
-        uint256 pk = opPks[opSeed % operators.length];
-        address ch = challengers[chSeed % challengers.length];
-        issuedBack = bound(issuedBack, 0, bond.challengeWindow());
-        if (issuedBack > block.timestamp) issuedBack = block.timestamp;
+        uint256 k = opSeed % operators.length;
+        uint64 issuedAt;
+        if (haveLast && posSeed % 3 == 0) {
+            // pile onto the last challenged receipt (it may have left its window by now)
+            (k, dataSeed, issuedAt) = (lastOpIndex, lastDataSeed, lastIssuedAt);
+            posSeed >>= 2;
+        } else {
+            issuedBack = bound(issuedBack, 0, bond.challengeWindow());
+            if (issuedBack > block.timestamp) issuedBack = block.timestamp;
+            issuedAt = uint64(block.timestamp - issuedBack);
+        }
+        if (_challenge(k, challengers[chSeed % challengers.length], dataSeed, issuedAt, posSeed)) {
+            (lastOpIndex, lastDataSeed, lastIssuedAt, haveLast) = (k, dataSeed, issuedAt, true);
+        }
+    }
 
-        uint32[] memory p = _tokens(dataSeed, 1 + dataSeed % 6);
-        uint32[] memory out = _tokens(dataSeed >> 8, 1 + (dataSeed >> 16) % 8);
-        SpecmarketBond.SamplingParams memory sp = _params(uint64(dataSeed % 3));
-        SpecmarketBond.Receipt memory r = _receipt(op, _model(op), p, sp, out, uint64(block.timestamp - issuedBack));
-        bytes memory sig = _sig(pk, bond.receiptDigest(r));
-        uint32 pos = uint32(posSeed % out.length);
+    /// A receipted answer and everything `challenge` takes with it.
+    struct Claim {
+        SpecmarketBond.Receipt r;
+        bytes sig;
+        uint32[] prompt;
+        SpecmarketBond.SamplingParams params;
+        uint32[] output;
+    }
 
-        (bool registered,,,) = _info(op);
-        bool expectOk = registered && !ghostReceiptSlashed[bond.receiptDigest(r)];
+    /// Operator k's signed receipt for the request and output that `dataSeed` determines.
+    function _claim(uint256 k, uint256 dataSeed, uint64 issuedAt) internal returns (Claim memory c) {
+        address op = operators[k];
+        c.prompt = TestUtils.tokens(dataSeed, 1 + dataSeed % 6);
+        c.output = TestUtils.tokens(dataSeed >> 8, 1 + (dataSeed >> 16) % 8);
+        c.params = _params(uint64(dataSeed % 3));
+        c.r = _receipt(op, _model(op), c.prompt, c.params, c.output, issuedAt);
+        c.sig = TestUtils.sign(opPks[k], bond.receiptDigest(c.r));
+    }
+
+    function _challenge(uint256 k, address ch, uint256 dataSeed, uint64 issuedAt, uint256 posSeed)
+        internal
+        returns (bool opened)
+    {
+        Claim memory c = _claim(k, dataSeed, issuedAt);
+        (bool registered,,,) = _info(operators[k]);
+        bool expectOk = registered && block.timestamp <= uint256(issuedAt) + bond.challengeWindow()
+            && !ghostReceiptSlashed[bond.receiptDigest(c.r)];
         uint256 cb = bond.challengerBond();
         vm.deal(ch, cb);
         vm.prank(ch);
-        try bond.challenge{value: cb}(r, sig, p, sp, out, pos) returns (uint256 id) {
+        try bond.challenge{value: cb}(
+            c.r, c.sig, c.prompt, c.params, c.output, uint32(posSeed % c.output.length)
+        ) returns (
+            uint256 id
+        ) {
             challengeIds.push(id);
             ghostDeposited += cb;
+            opened = true;
             if (!expectOk) ++ghostValidCallRejected; // accepted what it had to refuse
         } catch {
             if (expectOk) ++ghostValidCallRejected;
@@ -229,7 +271,7 @@ contract BondHandler is BondHelpers {
         } else if (mode == 3) {
             pks = _prefix(current, m);
             pks[m - 1] = OUTSIDER_PK;
-            pks = _sortByAddress(pks);
+            pks = TestUtils.sortByAddress(pks);
         } else if (mode == 4) {
             pks = _prefix(current, m);
             if (m == 1) {
@@ -262,10 +304,32 @@ contract BondHandler is BondHelpers {
                 ghostReceiptSlashed[c.receiptDigest] = true;
                 _ghostSlash(c.operator);
                 ++slashesByQuorum;
+                _resolvePileOn(id, c.receiptDigest, subsetSeed);
+            } else if (fault) {
+                ++repeatFaults; // the challenger gets its bond back; the bond is not slashed again
             }
         } catch {
             if (mode == 0 && open && timely) ++ghostValidCallRejected;
             if (mode != 0 && open && timely) ++badResolvesRejected;
+        }
+    }
+
+    /// Right after a receipt is found at fault, a valid quorum finds another open challenge on the
+    /// same receipt (a pile-on) at fault too: that challenger is refunded, the bond is not slashed
+    /// again (the ghost bond doesn't move).
+    function _resolvePileOn(uint256 id, bytes32 digest, uint256 subsetSeed) internal {
+        for (uint256 i; i < challengeIds.length; ++i) {
+            uint256 other = challengeIds[i];
+            SpecmarketBond.Challenge memory c = bond.getChallenge(other);
+            if (other == id || c.receiptDigest != digest || c.status != SpecmarketBond.ChallengeStatus.Open) continue;
+            if (block.timestamp > uint256(c.createdAt) + bond.resolveTimeout()) continue;
+            uint256[] memory pks = _subset(_currentRefPks(), bond.threshold(), subsetSeed);
+            try bond.resolve(other, true, _verdictSigs(bond, other, true, pks)) {
+                ++repeatFaults;
+            } catch {
+                ++ghostValidCallRejected;
+            }
+            return;
         }
     }
 
@@ -304,7 +368,12 @@ contract BondHandler is BondHelpers {
             ++slashesByEquivocation;
         } catch {
             if (valid) ++ghostValidCallRejected;
+            return;
         }
+        // the same proof again, the other way round, must not slash a second time
+        try bond.slashEquivocation(b, sb, a, sa) {
+            ++ghostBadEquivocationAccepted;
+        } catch {}
     }
 
     function _equivPair(uint256 k, uint256 mode, uint256 reqSeed)
@@ -312,15 +381,15 @@ contract BondHandler is BondHelpers {
         returns (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b, bytes memory sb)
     {
         address op = operators[k];
-        uint32[] memory p = _tokens(reqSeed % 4, 3); // few requests, so repeats get tried
+        uint32[] memory p = TestUtils.tokens(reqSeed % 4, 3); // few requests, so repeats get tried
         SpecmarketBond.SamplingParams memory sp = _params(7);
-        a = _receipt(op, _model(op), p, sp, _tokens(1000, 2), uint64(block.timestamp));
-        b = _receipt(op, _model(op), p, sp, _tokens(mode == 1 ? 1000 : 1001, 2), uint64(block.timestamp));
+        a = _receipt(op, _model(op), p, sp, TestUtils.tokens(1000, 2), uint64(block.timestamp));
+        b = _receipt(op, _model(op), p, sp, TestUtils.tokens(mode == 1 ? 1000 : 1001, 2), uint64(block.timestamp));
         uint256 other = (k + 1) % opPks.length;
         uint256 signerB = mode >= 2 ? opPks[other] : opPks[k];
         if (mode == 3) b.operator = operators[other];
-        sa = _sig(opPks[k], bond.receiptDigest(a));
-        sb = _sig(signerB, bond.receiptDigest(b));
+        sa = TestUtils.sign(opPks[k], bond.receiptDigest(a));
+        sb = TestUtils.sign(signerB, bond.receiptDigest(b));
     }
 
     function withdraw(uint256 actorSeed) external {
@@ -338,9 +407,31 @@ contract BondHandler is BondHelpers {
     }
 
     function warp(uint256 dt) external {
+        // one warp in four lands on the next deadline, so that boundaries get hit exactly
+        uint256 next = (dt >> 8) % 4 == 0 ? _nextDeadline(dt >> 16) : 0;
+        if (next != 0) {
+            vm.warp(next);
+            return;
+        }
         // 1/8 to 1/2 of the unbonding delay: every deadline gets crossed within a run
         dt = (1 + dt % 4) * (bond.unbondingDelay() / 8);
         vm.warp(block.timestamp + dt);
+    }
+
+    /// The earliest deadline still ahead (0 if none): an operator's `unbondAt`, or an open
+    /// challenge's last resolvable second (`+ 1` for odd `seed`: its first refundable second).
+    function _nextDeadline(uint256 seed) internal view returns (uint256 next) {
+        for (uint256 i; i < operators.length; ++i) {
+            (,, uint256 unbondAt,) = _info(operators[i]);
+            if (unbondAt > block.timestamp && (next == 0 || unbondAt < next)) next = unbondAt;
+        }
+        for (uint256 i; i < challengeIds.length; ++i) {
+            SpecmarketBond.Challenge memory c = bond.getChallenge(challengeIds[i]);
+            uint256 d = uint256(c.createdAt) + bond.resolveTimeout() + seed % 2;
+            if (c.status == SpecmarketBond.ChallengeStatus.Open && d > block.timestamp && (next == 0 || d < next)) {
+                next = d;
+            }
+        }
     }
 
     function setThreshold(uint256 m) external {

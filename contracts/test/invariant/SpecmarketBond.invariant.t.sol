@@ -20,13 +20,7 @@ contract SpecmarketBondInvariantTest is BondHelpers {
 
     function setUp() public {
         vm.warp(1_700_000_000);
-        uint256[] memory pks = new uint256[](4);
-        (pks[0], pks[1], pks[2], pks[3]) = (0xA1, 0xA2, 0xA3, 0xA4);
-        pks = _sortByAddress(pks);
-        address[] memory refs = new address[](4);
-        for (uint256 i; i < 4; ++i) {
-            refs[i] = vm.addr(pks[i]);
-        }
+        (uint256[] memory pks, address[] memory refs) = _refereeKeys(0xA1, 4);
         // Short durations so that random warps cross every deadline within one run.
         SpecmarketBond.Config memory c = SpecmarketBond.Config({
             minBond: 1 ether,
@@ -54,19 +48,24 @@ contract SpecmarketBondInvariantTest is BondHelpers {
     }
 
     function targetSelectors() public view returns (FuzzSelector[] memory s) {
-        bytes4[] memory sel = new bytes4[](12);
+        bytes4[] memory sel = new bytes4[](15);
         sel[0] = BondHandler.register.selector;
         sel[1] = BondHandler.topUp.selector;
         sel[2] = BondHandler.requestUnbond.selector;
         sel[3] = BondHandler.withdrawBond.selector;
+        // challenges and verdicts are weighted up: most paths need one, some need several
         sel[4] = BondHandler.challenge.selector;
-        sel[5] = BondHandler.challenge.selector; // challenges are weighted up: most paths need one
+        sel[5] = BondHandler.challenge.selector;
         sel[6] = BondHandler.resolve.selector;
-        sel[7] = BondHandler.refundExpired.selector;
-        sel[8] = BondHandler.slashEquivocation.selector;
-        sel[9] = BondHandler.withdraw.selector;
-        sel[10] = BondHandler.warp.selector;
-        sel[11] = BondHandler.setThreshold.selector;
+        sel[7] = BondHandler.resolve.selector;
+        sel[8] = BondHandler.resolve.selector;
+        sel[9] = BondHandler.refundExpired.selector;
+        sel[10] = BondHandler.slashEquivocation.selector;
+        sel[11] = BondHandler.withdraw.selector;
+        // time is weighted up too, so that runs get past unbonding delays and resolve timeouts
+        sel[12] = BondHandler.warp.selector;
+        sel[13] = BondHandler.warp.selector;
+        sel[14] = BondHandler.setThreshold.selector;
         s = new FuzzSelector[](1);
         s[0] = FuzzSelector(address(handler), sel);
     }
@@ -154,6 +153,7 @@ contract SpecmarketBondInvariantTest is BondHelpers {
         assertTrue(handler.refunds() > 0, "a challenge expired and was refunded");
         assertTrue(handler.badResolvesRejected() > 0, "bad signature sets were tried");
         assertTrue(handler.clearedChallenges() > 0, "a false challenge paid the operator");
+        assertTrue(handler.repeatFaults() > 0, "a receipt was found at fault twice");
     }
 
     function _dispatch(uint256 action, uint256 x) internal {

@@ -1,29 +1,11 @@
 // SPDX-License-Identifier: MIT
 pragma solidity ^0.8.24;
 
-import {TestBase} from "./TestBase.sol";
+import {TestBase, TestUtils} from "./TestBase.sol";
 import {SpecmarketBond} from "../../src/SpecmarketBond.sol";
 
 /// @dev Shared signing and encoding helpers (no state), for tests and the invariant handler.
 abstract contract BondHelpers is TestBase {
-    function _sig(uint256 pk, bytes32 digest) internal returns (bytes memory) {
-        (uint8 v, bytes32 r, bytes32 s) = vm.sign(pk, digest);
-        return abi.encodePacked(r, s, v);
-    }
-
-    /// @dev The malleable twin of a valid signature: (r, n - s, v ^ 1). ecrecover accepts it.
-    function _highS(bytes memory sig) internal pure returns (bytes memory) {
-        bytes32 r;
-        bytes32 s;
-        uint8 v;
-        assembly {
-            r := mload(add(sig, 0x20))
-            s := mload(add(sig, 0x40))
-            v := byte(0, mload(add(sig, 0x60)))
-        }
-        return abi.encodePacked(r, bytes32(SECP256K1_N - uint256(s)), v == 27 ? uint8(28) : uint8(27));
-    }
-
     function _split(bytes memory sig) internal pure returns (uint8 v, bytes32 r, bytes32 s) {
         assembly {
             r := mload(add(sig, 0x20))
@@ -32,16 +14,29 @@ abstract contract BondHelpers is TestBase {
         }
     }
 
+    /// @dev The malleable twin of a valid signature: (r, n - s, v ^ 1). ecrecover accepts it.
+    function _highS(bytes memory sig) internal pure returns (bytes memory) {
+        (uint8 v, bytes32 r, bytes32 s) = _split(sig);
+        return abi.encodePacked(r, bytes32(SECP256K1_N - uint256(s)), v == 27 ? uint8(28) : uint8(27));
+    }
+
     /// @dev What `ecrecover` yields for `sig` over `digest` (for expected-revert arguments).
     function _recover(bytes32 digest, bytes memory sig) internal pure returns (address) {
         (uint8 v, bytes32 r, bytes32 s) = _split(sig);
         return ecrecover(digest, v, r, s);
     }
 
-    function _tokens(uint256 seed, uint256 len) internal pure returns (uint32[] memory t) {
-        t = new uint32[](len);
-        for (uint256 i; i < len; ++i) {
-            t[i] = uint32(uint256(keccak256(abi.encode(seed, i))) % 50_000);
+    /// @dev `n` referee keys firstPk, firstPk + 1, ... sorted by address, and their addresses in
+    ///      the same order.
+    function _refereeKeys(uint256 firstPk, uint256 n) internal returns (uint256[] memory pks, address[] memory addrs) {
+        pks = new uint256[](n);
+        for (uint256 i; i < n; ++i) {
+            pks[i] = firstPk + i;
+        }
+        pks = TestUtils.sortByAddress(pks);
+        addrs = new address[](n);
+        for (uint256 i; i < n; ++i) {
+            addrs[i] = vm.addr(pks[i]);
         }
     }
 
@@ -102,24 +97,6 @@ abstract contract BondHelpers is TestBase {
         });
     }
 
-    /// @dev Sorts private keys by their address, ascending (insertion sort; sets are small).
-    function _sortByAddress(uint256[] memory pks) internal returns (uint256[] memory) {
-        address[] memory addrs = new address[](pks.length);
-        for (uint256 i; i < pks.length; ++i) {
-            addrs[i] = vm.addr(pks[i]);
-        }
-        for (uint256 i = 1; i < pks.length; ++i) {
-            (uint256 k, address a) = (pks[i], addrs[i]);
-            uint256 j = i;
-            while (j > 0 && addrs[j - 1] > a) {
-                (pks[j], addrs[j]) = (pks[j - 1], addrs[j - 1]);
-                --j;
-            }
-            (pks[j], addrs[j]) = (k, a);
-        }
-        return pks;
-    }
-
     function _verdictSigs(SpecmarketBond b, uint256 id, bool fault, uint256[] memory pks)
         internal
         returns (bytes[] memory sigs)
@@ -127,7 +104,7 @@ abstract contract BondHelpers is TestBase {
         bytes32 digest = b.verdictDigest(id, fault);
         sigs = new bytes[](pks.length);
         for (uint256 i; i < pks.length; ++i) {
-            sigs[i] = _sig(pks[i], digest);
+            sigs[i] = TestUtils.sign(pks[i], digest);
         }
     }
 }
@@ -176,15 +153,7 @@ abstract contract BondFixture is BondHelpers {
 
     function setUp() public virtual {
         vm.warp(1_700_000_000);
-        uint256[] memory pks = new uint256[](3);
-        pks[0] = 0xA1;
-        pks[1] = 0xA2;
-        pks[2] = 0xA3;
-        pks = _sortByAddress(pks);
-        for (uint256 i; i < pks.length; ++i) {
-            refPks.push(pks[i]);
-            refAddrs.push(vm.addr(pks[i]));
-        }
+        (refPks, refAddrs) = _refereeKeys(0xA1, 3);
         bond = new SpecmarketBond(owner, _config(), refAddrs, 2);
 
         operator = vm.addr(OPERATOR_PK);
@@ -194,8 +163,8 @@ abstract contract BondFixture is BondHelpers {
         vm.prank(operator);
         bond.register{value: 2 ether}(MODEL);
 
-        prompt = _tokens(1, 5);
-        output = _tokens(2, 8);
+        prompt = TestUtils.tokens(1, 5);
+        output = TestUtils.tokens(2, 8);
         params = _params(42);
     }
 
@@ -206,7 +175,13 @@ abstract contract BondFixture is BondHelpers {
     }
 
     function _signReceipt(uint256 pk, SpecmarketBond.Receipt memory r) internal returns (bytes memory) {
-        return _sig(pk, bond.receiptDigest(r));
+        return TestUtils.sign(pk, bond.receiptDigest(r));
+    }
+
+    /// @dev The fixture's receipt (issued now) and the operator's signature of it.
+    function _signedReceipt() internal returns (SpecmarketBond.Receipt memory r, bytes memory sig) {
+        r = _goodReceipt();
+        sig = _signReceipt(OPERATOR_PK, r);
     }
 
     // -- challenges -------------------------------------------------------------------------
@@ -220,8 +195,8 @@ abstract contract BondFixture is BondHelpers {
     }
 
     function _openChallenge() internal returns (uint256 id) {
-        SpecmarketBond.Receipt memory r = _goodReceipt();
-        id = _challenge(r, _signReceipt(OPERATOR_PK, r), 3);
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
+        id = _challenge(r, sig, 3);
     }
 
     /// @dev Signatures of the first `m` referees (in ascending address order).
@@ -231,6 +206,17 @@ abstract contract BondFixture is BondHelpers {
             pks[i] = refPks[i];
         }
         return _verdictSigs(bond, id, fault, pks);
+    }
+
+    // -- operators --------------------------------------------------------------------------
+
+    /// @dev `op` requests unbonding, waits out the delay and withdraws its bond (to a credit).
+    function _leave(address op) internal {
+        vm.prank(op);
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        vm.prank(op);
+        bond.withdrawBond();
     }
 
     function _bondOf(address op) internal view returns (uint256 b) {

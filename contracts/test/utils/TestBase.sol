@@ -20,10 +20,52 @@ interface VmExtra {
     function startBroadcast(uint256 privateKey) external;
 }
 
+/// @dev Where forge's cheatcodes live.
+address constant HEVM_ADDRESS = address(uint160(uint256(keccak256("hevm cheat code"))));
+
+/// @dev Helpers shared by the tests and the scripts (which build on forge-std's `Script`, so they
+///      can't inherit `TestBase`).
+library TestUtils {
+    Vm private constant VM = Vm(HEVM_ADDRESS);
+
+    /// @dev `pk`'s signature of `digest` as the contract takes it: 65 bytes r || s || v.
+    function sign(uint256 pk, bytes32 digest) internal returns (bytes memory) {
+        (uint8 v, bytes32 r, bytes32 s) = VM.sign(pk, digest);
+        return abi.encodePacked(r, s, v);
+    }
+
+    /// @dev `len` pseudo-random token ids below 50,000, determined by `seed`.
+    function tokens(uint256 seed, uint256 len) internal pure returns (uint32[] memory t) {
+        t = new uint32[](len);
+        for (uint256 i; i < len; ++i) {
+            t[i] = uint32(uint256(keccak256(abi.encode(seed, i))) % 50_000);
+        }
+    }
+
+    /// @dev Sorts private keys by their address, ascending, in place (insertion sort; sets are
+    ///      small): the order `resolve` wants referee signatures in.
+    function sortByAddress(uint256[] memory pks) internal returns (uint256[] memory) {
+        address[] memory addrs = new address[](pks.length);
+        for (uint256 i; i < pks.length; ++i) {
+            addrs[i] = VM.addr(pks[i]);
+        }
+        for (uint256 i = 1; i < pks.length; ++i) {
+            (uint256 k, address a) = (pks[i], addrs[i]);
+            uint256 j = i;
+            while (j > 0 && addrs[j - 1] > a) {
+                (pks[j], addrs[j]) = (pks[j - 1], addrs[j - 1]);
+                --j;
+            }
+            (pks[j], addrs[j]) = (k, a);
+        }
+        return pks;
+    }
+}
+
 /// @dev Minimal test base: cheatcodes, assertions and `bound`.
 abstract contract TestBase {
-    Vm internal constant vm = Vm(address(uint160(uint256(keccak256("hevm cheat code")))));
-    VmExtra internal constant vmx = VmExtra(address(uint160(uint256(keccak256("hevm cheat code")))));
+    Vm internal constant vm = Vm(HEVM_ADDRESS);
+    VmExtra internal constant vmx = VmExtra(HEVM_ADDRESS);
 
     /// secp256k1 group order, for building high-s (malleable) signatures.
     uint256 internal constant SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141;
