@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from node.generate import encode_prompt
@@ -76,6 +75,8 @@ def _specmarket_mode(pair, params, cfg, rule: Rule | None, results: list[DecodeR
 
 
 def _hf_mode(pair, params, cfg, assisted: bool, schedule: str):
+    import torch  # imported when benchmarking, not at CLI start-up
+
     def run(ids: list[int], seed: int) -> list[int]:
         torch.manual_seed(seed)
         kwargs = dict(
@@ -247,6 +248,8 @@ def _print_report(report: dict) -> None:
 
 
 def run_bench(cfg: BenchConfig) -> dict:
+    import torch
+
     torch.set_num_threads(2)
     pair = load_pair()
     prompts = [encode_prompt(pair.tokenizer, p) for p in BENCH_PROMPTS]

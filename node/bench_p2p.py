@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
 import trio
 
 from node.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, measure_costs
@@ -424,6 +423,8 @@ def _engines(pair: ModelPair, cfg: P2PBenchConfig, market: Market) -> dict[str, 
 
 
 def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
+    import torch  # imported when benchmarking, not at CLI start-up
+
     started, load = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
     torch.set_num_threads(2)
     pair = load_pair()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import trio
 
+from node.chain.cheat import Cheat
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR
-from node.chain.operator import Cheat
 from node.config import resolve
 from node.generate import DEFAULT_GAMMA
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET

@@ -16,17 +16,20 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from node.chain.operator import Cheat, Operator
+from node.chain.cheat import Cheat
 from node.chain.receipts import RequestSpec, SignedReceipt
 from node.generate import check_fits, encode_prompt
 from node.models import ModelPair
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode_plain, decode_speculative
 from verifier.errors import InvalidParams
 from verifier.params import SamplingParams
+
+if TYPE_CHECKING:
+    from node.chain.operator import Operator
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from verifier.errors import ContextTooLong, ModelMismatch, SpecmarketError
 
@@ -45,8 +44,9 @@ class HFCausalLM:
     def cached(self) -> Sequence[int]:
         return self._tokens
 
-    @torch.inference_mode()
     def extend(self, tokens: Sequence[int]) -> np.ndarray:  # -> [len(tokens), V] float32
+        import torch
+
         if not tokens:
             raise ValueError("extend needs at least one token")
         if len(self._tokens) + len(tokens) > self.max_positions:
@@ -55,7 +55,8 @@ class HFCausalLM:
                 f"of {self.max_positions}"
             )
         ids = torch.tensor([list(tokens)], dtype=torch.long)
-        out = self.model(input_ids=ids, cache=self._cache, use_cache=True)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, cache=self._cache, use_cache=True)
         self._tokens.extend(int(t) for t in tokens)
         return out.logits[0].float().numpy()
 
@@ -78,6 +79,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 def load_model_dir(path: Path | str, name: str) -> tuple[HFCausalLM, object]:
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 

@@ -16,7 +16,8 @@ from libp2p.abc import INetStream
 from market.ledger import Ledger
 from market.policy import Policy, PolicyConfig
 from market.registry import Registry
-from node.chain.operator import Cheat, Operator, OperatorConfig, open_operator
+from node.chain.cheat import Cheat
+from node.chain.operator import Operator, OperatorConfig, open_operator
 from node.drafting import DraftingConfig, MarketDrafting
 from node.engine import CompletionRequest, Engine
 from node.generate import DEFAULT_GAMMA

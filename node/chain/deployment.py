@@ -11,8 +11,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from eth_account import Account
-
 from node.chain import ChainError
 from node.chain.anvil import ANVIL_CHAIN_ID, REPO_ROOT, tool_path
 
@@ -33,11 +31,15 @@ DEFAULT_THRESHOLD = 2
 @functools.cache
 def dev_key(index: int) -> bytes:
     """Private key of anvil dev account ``index`` (BIP-44 m/44'/60'/0'/0/index of the dev mnemonic)."""
+    from eth_account import Account  # imported when needed: it costs ~1 s of CLI start-up
+
     Account.enable_unaudited_hdwallet_features()
     return bytes(Account.from_mnemonic(ANVIL_MNEMONIC, account_path=f"m/44'/60'/0'/0/{index}").key)
 
 
 def dev_address(index: int) -> str:
+    from eth_account import Account
+
     return Account.from_key(dev_key(index)).address
 
 

@@ -8,7 +8,6 @@ outputs would be equivocation, slashable at once, even when the difference were 
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 from eth_account import Account
 
 from node.chain import ChainError
+from node.chain.cheat import Cheat
 from node.chain.client import BondClient
 from node.chain.deployment import DEV_DEPLOYER, ETHER, dev_key, require_dev_chain
 from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
@@ -32,14 +32,6 @@ RECEIPTS_FILE = "receipts.sqlite"
 OPERATOR_KEY_FILE = "operator.key"
 GAS_RESERVE_WEI = ETHER  # what a dev-chain operator is funded with on top of its bond, for gas
 KEY_FILE_MODE = 0o600
-
-
-class Cheat(enum.Enum):
-    """A dishonest operator, for tests and the demo. It still signs receipts claiming the target."""
-
-    NONE = "none"
-    DRAFT_MODEL = "draft-model"  # answers with the (cheaper) draft model
-    FLIP_TOKEN = "flip-token"  # answers honestly, then changes one token in the middle
 
 
 def load_or_create_key(path: Path) -> bytes:

@@ -166,16 +166,16 @@ class Receipt:
         return dict(zip(names, self.as_tuple(), strict=True))
 
 
-def _typed(domain: Domain, types: dict, primary: str, message: dict[str, Any]):
+def _typed(domain: Domain, types: dict, message: dict[str, Any]):
     return encode_typed_data(domain_data=domain.as_dict(), message_types=types, message_data=message)
 
 
 def receipt_signable(domain: Domain, receipt: Receipt):
-    return _typed(domain, RECEIPT_TYPES, "Receipt", receipt.message())
+    return _typed(domain, RECEIPT_TYPES, receipt.message())
 
 
 def verdict_signable(domain: Domain, challenge_id: int, operator_at_fault: bool):
-    return _typed(domain, VERDICT_TYPES, "Verdict", {"challengeId": challenge_id, "operatorAtFault": operator_at_fault})
+    return _typed(domain, VERDICT_TYPES, {"challengeId": challenge_id, "operatorAtFault": operator_at_fault})
 
 
 def sign_receipt(private_key: bytes | str, domain: Domain, receipt: Receipt) -> bytes:
@@ -275,9 +275,7 @@ class SignedReceipt:
             request = RequestSpec(_check_tokens(q["prompt"], "request.prompt"), *(q[f] for f in fields))
             domain = Domain(_check_uint(data["chain_id"], MAX_U64, "chain_id"), _address(data["contract"], "contract"))
             return cls(domain, receipt, bytes.fromhex(sig[2:]), request, _check_tokens(data["output"], "output"))
-        except (KeyError, AttributeError, TypeError, ValueError) as exc:
-            if isinstance(exc, ReceiptError):
-                raise
+        except (KeyError, AttributeError, TypeError, ValueError) as exc:  # ReceiptError passes through
             raise ReceiptError(f"malformed receipt: {exc!r}") from exc
 
     def dumps(self) -> str:
