@@ -19,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -33,6 +32,7 @@ from node.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, m
 from node.engine import CompletionRequest, Engine
 from node.generate import encode_prompt
 from node.models import HFCausalLM, ModelPair, load_pair
+from node.procs import sigterm_unwinds
 from node.trio_thread import TrioThread
 from verifier.params import SamplingParams
 from verifier.proposal import Proposal
@@ -88,22 +88,6 @@ def progress(message: str) -> None:
 def _call(loop: TrioThread, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` on the loop's thread (the registry is the trio loop's to read)."""
     return trio.from_thread.run_sync(fn, *args, trio_token=loop.token)
-
-
-@contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt like Ctrl-C does, so the drafter processes get stopped."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, interrupt) if main else None
-    try:
-        yield
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass
@@ -431,7 +415,7 @@ def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
     prompts = [encode_prompt(pair.tokenizer, p) for p in BENCH_PROMPTS]
     costs = measure_costs(pair, cfg.gamma)
     with (
-        _sigterm_unwinds(),
+        sigterm_unwinds(),
         tempfile.TemporaryDirectory(prefix="bench_p2p_") as tmp,
         running_market(pair, cfg, Path(tmp)) as market,
     ):

@@ -126,6 +126,29 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.max_new_tokens, args.out)
 
 
+def _add_demo_net(sub) -> None:
+    p = sub.add_parser(
+        "demo-net",
+        help="networked demo: anvil, bonded targets, drafter peers, and a slashed cheating operator",
+        description=(
+            "Start anvil (npm), deploy the bond contract, run a bonded target with two honest and two hostile "
+            "drafter peers and a non-speculating bonded target, send the same prompts to both over the HTTP API, "
+            "then challenge a cheating operator's answer and let a referee process slash it. Every process it "
+            "starts is stopped at the end, on an error or Ctrl-C too."
+        ),
+    )
+    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per prompt (default 48)")
+    p.add_argument("--out", type=Path, default=Path("demo_out"), help="where demo_net.json goes")
+    p.add_argument("--quick", action="store_true", help="two prompts of 16 tokens (what CI runs)")
+    p.set_defaults(func=_cmd_demo_net)
+
+
+def _cmd_demo_net(args: argparse.Namespace) -> int:
+    from node.demo_net import NetDemoConfig, run_demo_net
+
+    return run_demo_net(NetDemoConfig(out=args.out, max_tokens=args.max_new_tokens, quick=args.quick))
+
+
 def _add_bench(sub) -> None:
     from node.bench_local import BenchConfig
 
@@ -178,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_theory(sub)
     _add_demo(sub)
+    _add_demo_net(sub)
     _add_bench(sub)
     _add_bench_p2p(sub)
     add_market_commands(sub)

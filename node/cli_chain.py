@@ -272,7 +272,7 @@ def _cmd_referee(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    print(f"referee for {client.address} on chain {client.domain.chain_id}; Ctrl-C stops", flush=True)
+    print(f"referee: {client.address} on chain {client.domain.chain_id} (Ctrl-C stops)", flush=True)
     referee.watch(stop, args.poll_s, on_outcome=report)
     return 0
 

@@ -3,70 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
-from pathlib import Path
 
-STARTUP_TIMEOUT_S = 120.0  # importing torch and loading models on a busy 2-core CI machine
-SPECMARKET = [sys.executable, "-m", "node"]
-
-
-@dataclass
-class NodeProcess:
-    proc: subprocess.Popen
-    log_path: Path
-    lines: dict[str, list[str]] = field(default_factory=dict)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, timeout_s: float = 15.0, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
-
-def _start(args: list[str], log_path: Path, expect: tuple[str, ...]) -> NodeProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    log = log_path.open("w")
-    proc = subprocess.Popen([*SPECMARKET, *args], stdout=subprocess.PIPE, stderr=log, text=True, env=env)
-    node = NodeProcess(proc, log_path)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    assert proc.stdout is not None
-    while not all(k in node.lines for k in expect):
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{args[0]} exited ({proc.poll()}) before starting:\n{node.log()[-3000:]}")
-        key, _, value = line.strip().partition(": ")
-        node.lines.setdefault(key, []).append(value)
-        if time.monotonic() > deadline:
-            node.kill()
-            raise RuntimeError(f"{args[0]} did not start within {STARTUP_TIMEOUT_S} s")
-    return node
-
-
-def start_target(tmp: Path, *extra: str) -> NodeProcess:
-    args = ["target", "--http", "127.0.0.1:0", "--data-dir", str(tmp / "target"), *extra]
-    return _start(args, tmp / "target.log", ("multiaddr", "http"))
-
-
-def start_drafter(tmp: Path, bootstrap: str, strategy: str, name: str, *extra: str) -> NodeProcess:
-    args = ["drafter", "--bootstrap", bootstrap, "--strategy", strategy, "--data-dir", str(tmp / name), *extra]
-    return _start(args, tmp / f"{name}.log", ("registered",))
+from node.procs import SPECMARKET, NodeProcess, start_drafter, start_target  # noqa: F401  (re-exported)
 
 
 def http_json(url: str, body: dict | None = None, timeout_s: float = 120.0) -> dict:

@@ -1,0 +1,145 @@
+"""`specmarket` child processes (target, drafter) for the networked demo and the tests.
+
+Each child prints ``key: value`` lines on stdout when it is ready (``multiaddr``, ``http``,
+``registered``); its log goes to a file. ``ProcessGroup`` stops every child it started, on any
+exit of its ``with`` block (an error or Ctrl-C included): SIGTERM to all at once (drafters then
+withdraw their registrations in parallel), SIGKILL for those still running after the grace.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verifier.errors import SpecmarketError
+
+STARTUP_TIMEOUT_S = 120.0  # importing torch and loading models on a busy 2-core machine
+STOP_TIMEOUT_S = 15.0
+SPECMARKET = [sys.executable, "-m", "node"]
+CHILD_ENV = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+
+class ProcessFailed(SpecmarketError):
+    """A child process exited or stayed silent before it was ready."""
+
+
+@dataclass
+class NodeProcess:
+    proc: subprocess.Popen
+    log_path: Path
+    lines: dict[str, list[str]] = field(default_factory=dict)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def spawn(
+    args: list[str], log_path: Path, expect: tuple[str, ...], timeout_s: float = STARTUP_TIMEOUT_S
+) -> NodeProcess:
+    """Start ``specmarket *args`` and wait until it has printed every key in ``expect``."""
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [*SPECMARKET, *args], stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, **CHILD_ENV}
+        )
+    node = NodeProcess(proc, log_path)
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while not all(k in node.lines for k in expect):
+        line = proc.stdout.readline()
+        if not line:
+            raise ProcessFailed(f"{args[0]} exited ({proc.poll()}) before starting:\n{node.log()[-3000:]}")
+        key, _, value = line.strip().partition(": ")
+        node.lines.setdefault(key, []).append(value)
+        if time.monotonic() > deadline:
+            node.kill()
+            raise ProcessFailed(f"{args[0]} did not start within {timeout_s:.0f} s")
+    return node
+
+
+def start_target(workdir: Path, *extra: str, name: str = "target") -> NodeProcess:
+    args = ["target", "--http", "127.0.0.1:0", "--data-dir", str(workdir / name), *extra]
+    return spawn(args, workdir / f"{name}.log", ("multiaddr", "http"))
+
+
+def start_drafter(workdir: Path, bootstrap: str, strategy: str, name: str, *extra: str) -> NodeProcess:
+    args = ["drafter", "--bootstrap", bootstrap, "--strategy", strategy, "--data-dir", str(workdir / name), *extra]
+    return spawn(args, workdir / f"{name}.log", ("registered",))
+
+
+@contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt like Ctrl-C does, so ``with`` blocks stop their children."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, interrupt) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class ProcessGroup:
+    """Children started inside ``with ProcessGroup() as group`` are all stopped when it exits."""
+
+    def __init__(self) -> None:
+        self.children: list[NodeProcess] = []
+
+    def add(self, node: NodeProcess) -> NodeProcess:
+        self.children.append(node)
+        return node
+
+    def start_all(self, starters: list[Callable[[], NodeProcess]]) -> list[NodeProcess]:
+        """Start several children in parallel (their start-up is mostly imports and model loading);
+        every one that started is in the group before any start-up error is raised."""
+        with ThreadPoolExecutor(max_workers=len(starters)) as pool:
+            futures = [pool.submit(start) for start in starters]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        started = [self.add(f.result()) for f in futures if f.exception() is None]
+        if errors:
+            raise errors[0]
+        return started
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_all()
+
+    def stop_all(self) -> None:
+        for child in self.children:
+            if child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for child in self.children:
+            try:
+                child.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+        self.children.clear()
