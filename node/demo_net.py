@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from node.procs import ProcessGroup, sigterm_unwinds, spawn, start_drafter, start_target
+from node.procs import STARTUP_TIMEOUT_S, ProcessGroup, sigterm_unwinds, spawn, start_drafter, start_target
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def _cheating_episode(group: ProcessGroup, work: Path, chain_args: list[str], cl
     cheat, _ = group.start_all(
         [
             partial(start_target, work, *chain_args, "--max-drafters", "0", "--cheat", CHEAT, name="target-cheat"),
-            partial(spawn, referee_args, work / "referee.log", ("referee",)),
+            partial(spawn, referee_args, work / "referee.log", ("referee",), STARTUP_TIMEOUT_S),
         ]
     )
     answer = _complete(cheat.lines["http"][0], cfg.prompts[0], 0, cfg.max_tokens)
@@ -185,14 +185,6 @@ def chain_args_for_cli(chain_args: list[str]) -> list[str]:
     return ["--rpc" if a == "--chain" else a for a in chain_args]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _print_summary(result: dict) -> None:
     spec, plain, cheat = result["with_speculation"], result["without_speculation"], result["cheating_episode"]
     print(f"{'':<22}{'tok/s':>8}{'target passes':>15}{'positions':>11}{'drafts accepted':>17}")
@@ -213,7 +205,7 @@ def _print_summary(result: dict) -> None:
 
 
 def run_demo_net(cfg: NetDemoConfig) -> int:
-    from node.chain.anvil import AnvilProcess
+    from node.chain.anvil import AnvilProcess, free_port
     from node.chain.client import BondClient, connect, deploy
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
 
@@ -223,7 +215,7 @@ def run_demo_net(cfg: NetDemoConfig) -> int:
         sigterm_unwinds(),
         tempfile.TemporaryDirectory(prefix="specmarket_demo_") as tmp,
         ProcessGroup() as group,
-        AnvilProcess(_free_port()) as anvil,
+        AnvilProcess(free_port()) as anvil,
     ):
         work = Path(tmp)
         w3 = connect(anvil.url)

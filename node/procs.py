@@ -57,14 +57,21 @@ class NodeProcess:
 
 
 def spawn(
-    args: list[str], log_path: Path, expect: tuple[str, ...], timeout_s: float = STARTUP_TIMEOUT_S
+    args: list[str],
+    log_path: Path,
+    expect: tuple[str, ...],
+    timeout_s: float = STARTUP_TIMEOUT_S,
+    group: ProcessGroup | None = None,
 ) -> NodeProcess:
-    """Start ``specmarket *args`` and wait until it has printed every key in ``expect``."""
+    """Start ``specmarket *args`` and wait until it has printed every key in ``expect``. With a
+    ``group``, the child joins it as soon as it exists, so an interrupted start-up leaves no orphan."""
     with log_path.open("w") as log:
         proc = subprocess.Popen(
             [*SPECMARKET, *args], stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, **CHILD_ENV}
         )
     node = NodeProcess(proc, log_path)
+    if group is not None:
+        group.add(node)
     deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None
     while not all(k in node.lines for k in expect):
@@ -79,14 +86,16 @@ def spawn(
     return node
 
 
-def start_target(workdir: Path, *extra: str, name: str = "target") -> NodeProcess:
+def start_target(workdir: Path, *extra: str, name: str = "target", group: ProcessGroup | None = None) -> NodeProcess:
     args = ["target", "--http", "127.0.0.1:0", "--data-dir", str(workdir / name), *extra]
-    return spawn(args, workdir / f"{name}.log", ("multiaddr", "http"))
+    return spawn(args, workdir / f"{name}.log", ("multiaddr", "http"), group=group)
 
 
-def start_drafter(workdir: Path, bootstrap: str, strategy: str, name: str, *extra: str) -> NodeProcess:
+def start_drafter(
+    workdir: Path, bootstrap: str, strategy: str, name: str, *extra: str, group: ProcessGroup | None = None
+) -> NodeProcess:
     args = ["drafter", "--bootstrap", bootstrap, "--strategy", strategy, "--data-dir", str(workdir / name), *extra]
-    return spawn(args, workdir / f"{name}.log", ("registered",))
+    return spawn(args, workdir / f"{name}.log", ("registered",), group=group)
 
 
 @contextmanager
@@ -110,21 +119,24 @@ class ProcessGroup:
 
     def __init__(self) -> None:
         self.children: list[NodeProcess] = []
+        self.closed = False
 
     def add(self, node: NodeProcess) -> NodeProcess:
         self.children.append(node)
+        if self.closed:  # a start-up thread that lost the race with stop_all: no orphan
+            node.stop()
         return node
 
-    def start_all(self, starters: list[Callable[[], NodeProcess]]) -> list[NodeProcess]:
-        """Start several children in parallel (their start-up is mostly imports and model loading);
-        every one that started is in the group before any start-up error is raised."""
-        with ThreadPoolExecutor(max_workers=len(starters)) as pool:
-            futures = [pool.submit(start) for start in starters]
-        errors = [f.exception() for f in futures if f.exception() is not None]
-        started = [self.add(f.result()) for f in futures if f.exception() is None]
-        if errors:
-            raise errors[0]
-        return started
+    def start_all(self, starters: list[Callable[..., NodeProcess]]) -> list[NodeProcess]:
+        """Start several children in parallel (their start-up is mostly imports and model loading).
+        Each ``starter(group=self)`` joins the group the moment its process exists; a start-up
+        error is raised as soon as it is seen, and the others are stopped with the group."""
+        pool = ThreadPoolExecutor(max_workers=len(starters))
+        try:
+            futures = [pool.submit(start, group=self) for start in starters]
+            return [f.result() for f in futures]
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, don't wait: stop_all ends them
 
     def __enter__(self) -> ProcessGroup:
         return self
@@ -133,11 +145,13 @@ class ProcessGroup:
         self.stop_all()
 
     def stop_all(self) -> None:
-        for child in self.children:
+        self.closed = True
+        children = list(self.children)
+        for child in children:
             if child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for child in self.children:
+        for child in children:
             try:
                 child.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

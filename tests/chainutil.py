@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,7 +10,7 @@ from pathlib import Path
 
 from eth_account import Account
 
-from node.chain.anvil import AnvilProcess
+from node.chain.anvil import AnvilProcess, free_port
 from node.chain.client import BondClient, connect, deploy
 from node.chain.deployment import (
     DEFAULT_THRESHOLD,
@@ -54,12 +53,6 @@ def warp(chain: Chain, seconds: int) -> None:
     """Move the chain's clock forward and mine a block (anvil only)."""
     chain.client.w3.provider.make_request("evm_increaseTime", [seconds])
     chain.client.w3.provider.make_request("evm_mine", [])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def new_operator(chain: Chain, tmp: Path, model_hash: bytes = b"\x42" * 32) -> tuple[Operator, bytes]:

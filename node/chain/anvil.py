@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -52,6 +53,13 @@ def tool_path(name: str) -> Path:
         if path.exists():
             return path
     raise ChainError(f"{name} not found under {NODE_MODULES}: run `npm ci` in {REPO_ROOT} (or `make setup`)")
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on right now (for a new anvil)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def chain_id_at(url: str, timeout: float = RPC_PROBE_TIMEOUT_S) -> int | None:
