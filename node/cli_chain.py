@@ -201,8 +201,7 @@ def _cmd_refund(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- challenge / referee
 
-CHALLENGE_OPEN, CHALLENGE_STATUS = 1, {2: "operator at fault", 3: "operator cleared", 4: "expired (refunded)"}
-WAIT_POLL_S = 1.0
+OUTCOMES = {2: "operator at fault", 3: "operator cleared", 4: "expired (refunded)"}  # by ChallengeStatus
 
 
 def _cmd_challenge(args: argparse.Namespace) -> int:
@@ -233,15 +232,9 @@ def _cmd_challenge(args: argparse.Namespace) -> int:
 
 def _wait_for_outcome(client, key: bytes, challenge_id: int, wait_s: float) -> str:
     """Wait for the referees (or the timeout); withdraw whatever the challenger was credited."""
-    stop = threading.Event()
-    deadline = wait_s
-    while client.challenge_record(challenge_id)["status"] == CHALLENGE_OPEN:
-        if deadline <= 0:
-            return "still open"
-        stop.wait(WAIT_POLL_S)
-        deadline -= WAIT_POLL_S
-    outcome = CHALLENGE_STATUS[client.challenge_record(challenge_id)["status"]]
     from eth_account import Account
+
+    outcome = OUTCOMES.get(client.wait_closed(challenge_id, wait_s), "still open")
 
     if client.credits(Account.from_key(key).address):
         tx = client.withdraw(key)

@@ -16,7 +16,6 @@ import json
 import logging
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -40,7 +39,6 @@ DEMO_TEMPERATURE = 0.8
 CHEAT = "flip-token"
 VERDICT_TIMEOUT_S = 120.0
 HTTP_TIMEOUT_S = 300.0
-CHALLENGE_OPEN, AT_FAULT = 1, 2  # SpecmarketBond.ChallengeStatus
 
 
 @dataclass(frozen=True)
@@ -132,6 +130,7 @@ def _serve_and_compare(group: ProcessGroup, work: Path, chain_args: list[str], c
 
 def _cheating_episode(group: ProcessGroup, work: Path, chain_args: list[str], client, cfg: NetDemoConfig) -> dict:
     from node.chain.challenger import challenge_receipt
+    from node.chain.client import ChallengeStatus
     from node.chain.deployment import DEV_CHALLENGER, dev_address, dev_key
     from node.chain.receipts import SignedReceipt
     from node.models import DEFAULT_TARGET, load_model_dir, model_hash
@@ -151,7 +150,7 @@ def _cheating_episode(group: ProcessGroup, work: Path, chain_args: list[str], cl
     report = challenge_receipt(client, dev_key(DEV_CHALLENGER), model, model_hash(DEFAULT_TARGET), signed)
     cid = report.challenge_id
     step(f"cheating operator {operator}: first wrong token at {report.audit.first_wrong}; challenge {cid} opened")
-    status = _wait_verdict(client, cid)
+    status = client.wait_closed(cid, VERDICT_TIMEOUT_S)  # the referee process resolves it
     (resolved,) = [e for e in client.events("ChallengeResolved") if e["id"] == report.challenge_id] or [{}]
     credited = client.credits(dev_address(DEV_CHALLENGER))
     paid = client.decode_events(client.withdraw(dev_key(DEV_CHALLENGER)), "Withdrawn")[0] if credited else {}
@@ -162,22 +161,12 @@ def _cheating_episode(group: ProcessGroup, work: Path, chain_args: list[str], cl
         "challenge_gas": report.gas_used,
         "audit_target_positions": report.audit.target_positions,
         "audit_seconds": round(report.audit.seconds, 4),
-        "at_fault": status == AT_FAULT,
+        "at_fault": status is ChallengeStatus.OPERATOR_AT_FAULT,
         "slashed_wei": int(resolved.get("slashed", 0)),
         "bond_before_wei": bond_before,
         "bond_after_wei": client.operator_info(operator).bond,
         "challenger_paid_wei": int(paid.get("amount", 0)),
     }
-
-
-def _wait_verdict(client, challenge_id: int) -> int:
-    """The challenge's status once the referee process has resolved it (or the wait timed out)."""
-    deadline, pause = time.monotonic() + VERDICT_TIMEOUT_S, threading.Event()
-    while (status := client.challenge_record(challenge_id)["status"]) == CHALLENGE_OPEN:
-        if time.monotonic() > deadline:
-            break
-        pause.wait(0.5)
-    return status
 
 
 def chain_args_for_cli(chain_args: list[str]) -> list[str]:

@@ -6,7 +6,10 @@ Transactions are signed locally with the caller's key and sent raw; a revert com
 
 from __future__ import annotations
 
+import enum
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 30.0
 TX_TIMEOUT_S = 60.0
+WAIT_POLL_S = 0.5
 GAS_MARGIN_PCT = 120  # gas limit = estimate + 20%; what a call really used is in TxResult.gas_used
 
 
@@ -39,6 +43,16 @@ class ChainRevert(ChainError):
 
 def _show(value: Any) -> str:
     return "0x" + value.hex() if isinstance(value, bytes) else str(value)
+
+
+class ChallengeStatus(enum.IntEnum):
+    """SpecmarketBond.ChallengeStatus."""
+
+    NONE = 0
+    OPEN = 1
+    OPERATOR_AT_FAULT = 2
+    OPERATOR_CLEARED = 3
+    EXPIRED = 4
 
 
 @dataclass(frozen=True)
@@ -147,6 +161,16 @@ class BondClient:
     def challenge_record(self, challenge_id: int) -> dict[str, Any]:
         fields = ("challenger", "bond", "operator", "created_at", "position", "status", "receipt_digest")
         return dict(zip(fields, self.call("getChallenge", challenge_id), strict=True))
+
+    def challenge_status(self, challenge_id: int) -> ChallengeStatus:
+        return ChallengeStatus(self.challenge_record(challenge_id)["status"])
+
+    def wait_closed(self, challenge_id: int, timeout_s: float, poll_s: float = WAIT_POLL_S) -> ChallengeStatus:
+        """The challenge's status once it is no longer open (resolved or refunded), or OPEN after ``timeout_s``."""
+        deadline, pause = time.monotonic() + timeout_s, threading.Event()
+        while (status := self.challenge_status(challenge_id)) is ChallengeStatus.OPEN and time.monotonic() < deadline:
+            pause.wait(poll_s)
+        return status
 
     def referees(self) -> list[str]:
         return list(self.call("referees"))

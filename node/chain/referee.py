@@ -18,14 +18,13 @@ from eth_account import Account
 
 from node.chain import ChainError
 from node.chain.audit import judge_step
-from node.chain.client import BondClient, ChainRevert
+from node.chain.client import BondClient, ChainRevert, ChallengeStatus
 from node.chain.receipts import MICROS, sign_verdict, verdict_signable
 from node.models import HFCausalLM
 from verifier.params import SamplingParams
 
 log = logging.getLogger(__name__)
 
-CHALLENGE_OPEN = 1  # SpecmarketBond.ChallengeStatus.Open
 DEFAULT_POLL_S = 1.0
 MAX_SIG_FILE_BYTES = 256
 
@@ -93,7 +92,7 @@ class Referee:
 
     def open_challenges(self) -> list[dict]:
         events = self.client.events("ChallengeOpened", from_block=self.from_block)
-        return [e for e in events if self.client.challenge_record(e["id"])["status"] == CHALLENGE_OPEN]
+        return [e for e in events if self.client.challenge_status(e["id"]) is ChallengeStatus.OPEN]
 
     def _judge(self, event: dict) -> bool | None:
         cid = int(event["id"])
