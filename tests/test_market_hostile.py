@@ -32,6 +32,11 @@ from tests.netutil import complete, http_json, start_target, wait_for_drafters
 HOSTILE = ("random", "adversarial", "lying", "slow", "garbage", "flaky")
 PROMPTS = ["def parse(self, text):\n", "import os\n\n", "class Cache:\n    def __init__("]
 CLOSE_WAIT_S = 30.0  # a node must drop a bad stream (or finish a request that happens to be valid) by then
+# Seven drafters share this process (one GIL, 2 cores) with the test's reference decoding: an honest
+# draft can take several hundred ms here. Two misses bench a drafter for 30 s, longer than the mixed
+# test, so the deadline leaves the honest one room; the slow one still misses it by far.
+DRAFT_DEADLINE_MS = 1000
+SLOW_MS = 3 * DRAFT_DEADLINE_MS
 
 
 def reference(pair, prompt: str, seed: int, max_tokens: int) -> list[int]:
@@ -40,14 +45,14 @@ def reference(pair, prompt: str, seed: int, max_tokens: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
-    node = start_target(tmp_path_factory.mktemp("hostile"), "--draft-deadline-ms", "300", "--max-drafters", "8")
+    node = start_target(tmp_path_factory.mktemp("hostile"), "--draft-deadline-ms", str(DRAFT_DEADLINE_MS), "--max-drafters", "8")
     yield node
     assert node.stop() == 0, node.log()[-3000:]
 
 
 class InProcessDrafter:
     def __init__(self, portal: TrioThread, tmp, bootstrap: str, strategy: str) -> None:
-        cfg = DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=tmp / strategy, slow_ms=1500)
+        cfg = DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=tmp / strategy, slow_ms=SLOW_MS)
         self.node = DrafterNode(cfg)
         self.portal = portal
         self.addrs, self._stop = portal.start(self.node.run)
