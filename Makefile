@@ -29,7 +29,7 @@ $(NODE_STAMP): package.json package-lock.json
 setup: $(STAMP) $(NODE_STAMP)
 
 demo: setup
-	$(BIN)/specmarket demo
+	$(BIN)/specmarket demo-net
 
 test: setup test-contracts
 	$(BIN)/python -m pytest

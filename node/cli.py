@@ -19,6 +19,8 @@ from verifier.verify import Rule
 
 log = logging.getLogger("specmarket")
 
+MAX_DEMO_TOKENS = 256  # the shipped target has a 512-position window; the prompts take a few dozen
+
 GENERATE_DEFAULTS = {
     "seed": 0,
     "max_new_tokens": 64,
@@ -129,18 +131,29 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _add_demo_net(sub) -> None:
     p = sub.add_parser(
         "demo-net",
-        help="networked demo: anvil, bonded targets, drafter peers, and a slashed cheating operator",
+        help="the networked demo (make demo): bonded targets, drafter peers, slashed cheats, and report/",
         description=(
             "Start anvil (npm), deploy the bond contract, run a bonded target with two honest and two hostile "
             "drafter peers and a non-speculating bonded target, send the same prompts to both over the HTTP API, "
-            "then challenge a cheating operator's answer and let a referee process slash it. Every process it "
-            "starts is stopped at the end, on an error or Ctrl-C too."
+            "re-execute every answer as a challenger would, then challenge a cheating operator's answer (one "
+            "speculating, one not) and let a referee process slash it; measure the forgery row and write the "
+            "report (README.md, PNGs, demo_net.json). Every process it starts is stopped at the end, on an "
+            "error or Ctrl-C too."
         ),
     )
-    p.add_argument("--max-new-tokens", type=int, default=48, help="tokens per prompt (default 48)")
-    p.add_argument("--out", type=Path, default=Path("demo_out"), help="where demo_net.json goes")
-    p.add_argument("--quick", action="store_true", help="two prompts of 16 tokens (what CI runs)")
+    p.add_argument("--max-new-tokens", type=_demo_tokens, default=48, help="tokens per prompt, 1-256 (default 48)")
+    p.add_argument(
+        "--out", type=Path, default=Path("report"), help="where README.md, the PNGs and demo_net.json go (report/)"
+    )
+    p.add_argument("--quick", action="store_true", help="two prompts of at most 16 tokens (what CI runs)")
     p.set_defaults(func=_cmd_demo_net)
+
+
+def _demo_tokens(text: str) -> int:
+    value = int(text) if text.strip().lstrip("-").isdigit() else -1
+    if not 1 <= value <= MAX_DEMO_TOKENS:
+        raise argparse.ArgumentTypeError(f"must be an integer in [1, {MAX_DEMO_TOKENS}], got {text!r}")
+    return value
 
 
 def _cmd_demo_net(args: argparse.Namespace) -> int:

@@ -1,11 +1,16 @@
-"""`specmarket demo-net`: the thesis end to end on one machine, every party its own process.
+"""`specmarket demo-net` (what `make demo` runs): the thesis end to end, every party its own process.
 
 1. an anvil chain (from npm) with SpecmarketBond deployed;
 2. a bonded target node with four drafter peers over libp2p (two honest, two hostile), and a
    second bonded target that does not speculate; the same prompts go to both through the
    OpenAI-compatible API: speculation changes the target passes, not the answers;
-3. a cheating operator (`--cheat flip-token`): its answer is audited, challenged on chain,
-   resolved by a referee process (a quorum of referee keys), and the operator is slashed.
+3. every answer is re-executed the way a challenger would (the challenge's cost, with and without
+   speculation);
+4. two cheating operators (`--cheat flip-token`), one speculating with an honest drafter peer and
+   one not: each answer is audited, challenged on chain, resolved by a referee process (a quorum
+   of referee keys), and the operator is slashed;
+5. the forgery row (the textbook rule against GUMBEL with a lying drafter) and the report
+   (report/README.md with PNGs, from node/report.py).
 
 Every process it starts is stopped when it ends, on an error or Ctrl-C/SIGTERM too.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -36,21 +42,38 @@ DEMO_PROMPTS = (
 )
 DEMO_DRAFTERS = ("honest", "honest", "lying", "garbage")  # two honest peers, two hostile ones
 DEMO_TEMPERATURE = 0.8
+DEMO_GAMMA = 4
+QUICK_MAX_TOKENS = 16
+QUICK_PROMPTS = 2
 CHEAT = "flip-token"
+MODES = ("with_speculation", "without_speculation")
 VERDICT_TIMEOUT_S = 120.0
 HTTP_TIMEOUT_S = 300.0
+DRAFTERS_TIMEOUT_S = 60.0
+WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 8
 
 
 @dataclass(frozen=True)
 class NetDemoConfig:
-    out: Path = Path("demo_out")
+    out: Path = Path("report")
     max_tokens: int = 48
     prompts: tuple[str, ...] = DEMO_PROMPTS
-    quick: bool = False  # CI: fewer prompts and tokens, same steps
+    quick: bool = False  # CI: fewer prompts, tokens and forgery samples, same steps
+    forgery_samples: int = 4000
+
+    def effective(self) -> NetDemoConfig:
+        if not self.quick:
+            return self
+        return NetDemoConfig(self.out, min(self.max_tokens, QUICK_MAX_TOKENS), self.prompts[:QUICK_PROMPTS], True, 1000)
 
 
 def step(message: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
 
 
 def _complete(http: str, prompt: str, seed: int, max_tokens: int) -> dict:
@@ -62,14 +85,13 @@ def _complete(http: str, prompt: str, seed: int, max_tokens: int) -> dict:
         return json.loads(resp.read())
 
 
-def _wait_drafters(http: str, n: int, timeout_s: float = 60.0) -> None:
+def _wait_drafters(http: str, n: int, timeout_s: float = DRAFTERS_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"{http}/health", timeout=10) as resp:
-            if len(json.loads(resp.read()).get("drafters", {})) >= n:
-                return
+        if len(_get_json(f"{http}/health").get("drafters", {})) >= n:
+            return
         time.sleep(0.2)
-    raise TimeoutError(f"the target did not see {n} drafters within {timeout_s:.0f} s")
+    raise TimeoutError(f"the target at {http} did not see {n} drafters within {timeout_s:.0f} s")
 
 
 def _ask_all(http: str, cfg: NetDemoConfig, label: str) -> list[dict]:
@@ -81,39 +103,94 @@ def _ask_all(http: str, cfg: NetDemoConfig, label: str) -> list[dict]:
 
 def _mode_row(answers: list[dict]) -> dict:
     stats = [a["specmarket"]["stats"] for a in answers]
-    tokens = sum(len(a["specmarket"]["tokens"]) for a in answers)
-    wall = sum(s["wall_seconds"] for s in stats)
-    proposed = sum(s["draft_tokens_proposed"] for s in stats)
+    total = {key: sum(s.get(key, 0) for s in stats) for key in stats[0]}
     return {
-        "tokens": tokens,
-        "wall_seconds": round(wall, 3),
-        "tokens_per_second": round(tokens / wall, 2) if wall else 0.0,
-        "target_passes": sum(s["target_passes"] for s in stats),
-        "target_positions": sum(s["target_positions"] for s in stats),
-        "draft_tokens_proposed": proposed,
-        "draft_tokens_accepted": sum(s["draft_tokens_accepted"] for s in stats),
+        "answers": len(answers),
+        "tokens": sum(len(a["specmarket"]["tokens"]) for a in answers),
+        "wall_seconds": round(total["wall_seconds"], 4),
+        "target_passes": total["target_passes"],
+        "target_positions": total["target_positions"],
+        "draft_tokens_proposed": total["draft_tokens_proposed"],
+        "draft_tokens_accepted": total["draft_tokens_accepted"],
+        "draft_rounds": total.get("draft_rounds", 0),
+        "draft_wait_seconds": round(total.get("draft_wait_seconds", 0.0), 4),
         "output_hashes": [a["specmarket"]["receipt"]["receipt"]["output_hash"] for a in answers],
+        "tokens_per_answer": [a["specmarket"]["tokens"] for a in answers],
     }
 
 
-def _serve_and_compare(group: ProcessGroup, work: Path, chain_args: list[str], cfg: NetDemoConfig) -> dict:
-    spec, plain = group.start_all(
+def _drafter_rows(http: str, drafters: dict[str, str], credits: dict[str, int]) -> list[dict]:
+    """Per drafter peer (name -> multiaddr): what the target's market recorded about it."""
+    stats = _get_json(f"{http}/health")["drafters"]
+    rows = []
+    for name, addr in drafters.items():
+        peer = addr.rsplit("/", 1)[-1]
+        s = stats.get(peer, {})
+        rows.append(
+            {
+                "name": name,
+                "strategy": name.split("-", 1)[1],
+                "peer_id": peer,
+                "proposed": s.get("lifetime_proposed", 0),
+                "matched": s.get("lifetime_matched", 0),
+                "accepted": credits.get(peer, 0),
+                "rounds_in_time": s.get("rounds", 0),
+                "timeouts": s.get("timeouts", 0),
+                "errors": s.get("errors", 0),
+                "benched": bool(s.get("benched", False)),
+            }
+        )
+    return rows
+
+
+def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> dict:
+    """Four bonded targets (speculating, plain, and a cheating one of each) and a referee, then the
+    drafter peers: the four of the market, and one honest peer for the speculating cheat."""
+    target = partial(start_target, work, *chain_args, "--gamma", str(DEMO_GAMMA))
+    cheat = ("--cheat", CHEAT)
+    referee_args = ["referee", *chain_args_for_cli(chain_args), "--pool", str(work / "verdicts")]
+    spec, plain, cheat_spec, cheat_plain, _ = group.start_all(
         [
-            partial(start_target, work, *chain_args, "--max-drafters", "4", name="target-spec"),
-            partial(start_target, work, *chain_args, "--max-drafters", "0", name="target-plain"),
+            partial(target, "--max-drafters", "4", name="target-spec"),
+            partial(target, "--max-drafters", "0", name="target-plain"),
+            partial(target, "--max-drafters", "4", *cheat, name="target-cheat-spec"),
+            partial(target, "--max-drafters", "0", *cheat, name="target-cheat-plain"),
+            partial(spawn, referee_args, work / "referee.log", ("referee",), STARTUP_TIMEOUT_S),
         ]
     )
+    names = [f"drafter{i}-{strategy}" for i, strategy in enumerate(DEMO_DRAFTERS)]
     bootstrap = spec.lines["multiaddr"][0]
-    group.start_all(
-        [
-            partial(start_drafter, work, bootstrap, strategy, f"drafter{i}-{strategy}", "--seed", str(i))
-            for i, strategy in enumerate(DEMO_DRAFTERS)
-        ]
-    )
+    starters = [
+        partial(start_drafter, work, bootstrap, s, n, "--seed", str(i))
+        for i, (s, n) in enumerate(zip(DEMO_DRAFTERS, names, strict=True))
+    ]
+    starters.append(partial(start_drafter, work, cheat_spec.lines["multiaddr"][0], "honest", "drafter-for-cheat"))
+    drafters = group.start_all(starters)
     _wait_drafters(spec.lines["http"][0], len(DEMO_DRAFTERS))
-    step(f"bonded targets up; {len(DEMO_DRAFTERS)} drafter peers ({', '.join(DEMO_DRAFTERS)}) registered")
-    with_spec = _ask_all(spec.lines["http"][0], cfg, "with speculation")
-    without = _ask_all(plain.lines["http"][0], cfg, "without speculation")
+    _wait_drafters(cheat_spec.lines["http"][0], 1)
+    step(
+        f"4 bonded targets and a referee up; {len(DEMO_DRAFTERS)} drafter peers ({', '.join(DEMO_DRAFTERS)}) registered"
+    )
+    return {
+        "spec": spec.lines["http"][0],
+        "plain": plain.lines["http"][0],
+        "cheat_with_speculation": cheat_spec.lines["http"][0],
+        "cheat_without_speculation": cheat_plain.lines["http"][0],
+        "drafters": {n: d.lines["multiaddr"][0] for n, d in zip(names, drafters, strict=False)},
+    }
+
+
+def _warm_up(urls: dict) -> None:
+    """One short request per serving target, not counted: the first job of a target opens its drafter
+    sessions and fills its caches (the report says so)."""
+    for key in ("spec", "plain"):
+        _complete(urls[key], WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS)
+
+
+def _serve_and_compare(urls: dict, cfg: NetDemoConfig) -> dict:
+    _warm_up(urls)
+    with_spec = _ask_all(urls["spec"], cfg, "with speculation")
+    without = _ask_all(urls["plain"], cfg, "without speculation")
     credits: dict[str, int] = {}
     for a in with_spec:
         for peer, n in a["specmarket"]["credits"].items():
@@ -123,50 +200,68 @@ def _serve_and_compare(group: ProcessGroup, work: Path, chain_args: list[str], c
         "with_speculation": _mode_row(with_spec),
         "without_speculation": _mode_row(without),
         "identical_outputs": identical,
-        "drafter_credits": credits,
-        "receipts": [a["specmarket"]["receipt"] for a in with_spec],
+        "drafters": _drafter_rows(urls["spec"], urls["drafters"], credits),
+        "receipts": {
+            "with_speculation": [a["specmarket"]["receipt"] for a in with_spec],
+            "without_speculation": [a["specmarket"]["receipt"] for a in without],
+        },
     }
 
 
-def _cheating_episode(group: ProcessGroup, work: Path, chain_args: list[str], client, cfg: NetDemoConfig) -> dict:
+def _withdraw_all(client, keys: list[str]) -> dict[str, int]:
+    """Pull every credit of ``keys`` (address -> amount withdrawn), so the next resolution starts
+    from the same storage state and its gas is comparable."""
+    from eth_account import Account
+
+    paid = {}
+    for key in keys:
+        address = Account.from_key(key).address
+        if client.credits(address):
+            paid[address] = int(client.decode_events(client.withdraw(key), "Withdrawn")[0]["amount"])
+    return paid
+
+
+def _cheating_episode(http: str, client, model, cfg: NetDemoConfig) -> dict:
+    """One cheating answer: audited, challenged, resolved by the referee process, slashed; the
+    challenger and the treasury then withdraw what the slash credited them."""
     from node.chain.challenger import challenge_receipt
     from node.chain.client import ChallengeStatus
-    from node.chain.deployment import DEV_CHALLENGER, dev_address, dev_key
+    from node.chain.deployment import DEV_CHALLENGER, DEV_TREASURY, dev_address, dev_key
     from node.chain.receipts import SignedReceipt
-    from node.models import DEFAULT_TARGET, load_model_dir, model_hash
+    from node.models import DEFAULT_TARGET, model_hash
+    from node.trust import resolution
 
-    referee_args = ["referee", *chain_args_for_cli(chain_args), "--pool", str(work / "verdicts")]
-    cheat, _ = group.start_all(
-        [
-            partial(start_target, work, *chain_args, "--max-drafters", "0", "--cheat", CHEAT, name="target-cheat"),
-            partial(spawn, referee_args, work / "referee.log", ("referee",), STARTUP_TIMEOUT_S),
-        ]
-    )
-    answer = _complete(cheat.lines["http"][0], cfg.prompts[0], 0, cfg.max_tokens)
+    answer = _complete(http, cfg.prompts[0], 0, cfg.max_tokens)
     signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
     operator = signed.receipt.operator
     bond_before = client.operator_info(operator).bond
-    model, _ = load_model_dir(DEFAULT_TARGET, "target")
     report = challenge_receipt(client, dev_key(DEV_CHALLENGER), model, model_hash(DEFAULT_TARGET), signed)
     cid = report.challenge_id
     step(f"cheating operator {operator}: first wrong token at {report.audit.first_wrong}; challenge {cid} opened")
     status = client.wait_closed(cid, VERDICT_TIMEOUT_S)  # the referee process resolves it
-    (resolved,) = [e for e in client.events("ChallengeResolved") if e["id"] == report.challenge_id] or [{}]
-    credited = client.credits(dev_address(DEV_CHALLENGER))
-    paid = client.decode_events(client.withdraw(dev_key(DEV_CHALLENGER)), "Withdrawn")[0] if credited else {}
+    paid = _withdraw_all(client, [dev_key(DEV_CHALLENGER), dev_key(DEV_TREASURY)])
+    stats = answer["specmarket"]["stats"]
     return {
         "operator": operator,
+        "tokens": len(signed.output),
+        "target_passes": stats["target_passes"],
+        "draft_tokens_accepted": stats["draft_tokens_accepted"],
         "first_wrong": report.audit.first_wrong,
-        "challenge_id": report.challenge_id,
+        "challenge_id": cid,
         "challenge_gas": report.gas_used,
         "audit_target_positions": report.audit.target_positions,
         "audit_seconds": round(report.audit.seconds, 4),
         "at_fault": status is ChallengeStatus.OPERATOR_AT_FAULT,
-        "slashed_wei": int(resolved.get("slashed", 0)),
+        **resolution(client, cid),
         "bond_before_wei": bond_before,
         "bond_after_wei": client.operator_info(operator).bond,
-        "challenger_paid_wei": int(paid.get("amount", 0)),
+        "challenger_paid_wei": paid.get(dev_address(DEV_CHALLENGER), 0),
+        "treasury_paid_wei": paid.get(dev_address(DEV_TREASURY), 0),
     }
+
+
+def _cheating_episodes(urls: dict, client, model, cfg: NetDemoConfig) -> dict:
+    return {mode: _cheating_episode(urls[f"cheat_{mode}"], client, model, cfg) for mode in MODES}
 
 
 def chain_args_for_cli(chain_args: list[str]) -> list[str]:
@@ -174,39 +269,27 @@ def chain_args_for_cli(chain_args: list[str]) -> list[str]:
     return ["--rpc" if a == "--chain" else a for a in chain_args]
 
 
-def _print_summary(result: dict) -> None:
-    spec, plain, cheat = result["with_speculation"], result["without_speculation"], result["cheating_episode"]
-    print(f"{'':<22}{'tok/s':>8}{'target passes':>15}{'positions':>11}{'drafts accepted':>17}")
-    for name, row in (("with speculation", spec), ("without speculation", plain)):
-        accepted = f"{row['draft_tokens_accepted']}/{row['draft_tokens_proposed']}"
-        print(
-            f"{name:<22}{row['tokens_per_second']:>8}{row['target_passes']:>15}{row['target_positions']:>11}"
-            f"{accepted:>17}"
-        )
-    print(f"identical outputs (and output hashes) with and without speculation: {result['identical_outputs']}")
-    print(f"accepted-token credits per drafter peer: {result['drafter_credits']}")
-    eth = 10**18
-    print(
-        f"cheating operator ({CHEAT}): challenged at token {cheat['first_wrong']}, at fault: {cheat['at_fault']}, "
-        f"slashed {cheat['slashed_wei'] / eth} ETH (bond {cheat['bond_before_wei'] / eth} -> "
-        f"{cheat['bond_after_wei'] / eth}), challenger paid {cheat['challenger_paid_wei'] / eth} ETH"
-    )
+def _measure_offchain(result: dict, model, tokenizer, cfg: NetDemoConfig) -> None:
+    """The challenger's re-execution of every answer, FLOPs per position, and the forgery row."""
+    from node.forgery import measure_forgery
+    from node.trust import audit_all, forward_flops_per_position
+    from verifier.params import SamplingParams
+
+    result["audits"] = {mode: audit_all(model, result["receipts"][mode]) for mode in MODES}
+    result["target_flops_per_position"] = forward_flops_per_position(model)
+    step(f"forgery row: {cfg.forgery_samples} seeds per rule")
+    prompt = tokenizer.encode(cfg.prompts[0])
+    params = SamplingParams(temperature=DEMO_TEMPERATURE)
+    result["forgery"] = measure_forgery(model, tokenizer, prompt, params, cfg.forgery_samples).to_dict()
 
 
-def run_demo_net(cfg: NetDemoConfig) -> int:
+def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     from node.chain.anvil import AnvilProcess, free_port
     from node.chain.client import BondClient, connect, deploy
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
+    from node.models import DEFAULT_TARGET, load_model_dir
 
-    if cfg.quick:
-        cfg = NetDemoConfig(cfg.out, min(cfg.max_tokens, 16), cfg.prompts[:2], True)
-    with (
-        sigterm_unwinds(),
-        tempfile.TemporaryDirectory(prefix="specmarket_demo_") as tmp,
-        ProcessGroup() as group,
-        AnvilProcess(free_port()) as anvil,
-    ):
-        work = Path(tmp)
+    with AnvilProcess(free_port()) as anvil:
         w3 = connect(anvil.url)
         config = BondConfig()
         referees = [dev_address(i) for i in DEV_REFEREES]
@@ -214,16 +297,40 @@ def run_demo_net(cfg: NetDemoConfig) -> int:
         deployment.save(work / "deployments")
         client = BondClient(w3, deployment.address)
         step(f"anvil at {anvil.url}; SpecmarketBond at {deployment.address} (gas {tx.gas_used})")
-        chain_args = ["--chain", anvil.url, "--deployments", str(work / "deployments")]
-        result = _serve_and_compare(group, work, chain_args, cfg)
-        step("cheating-operator episode")
-        result["cheating_episode"] = _cheating_episode(group, work, chain_args, client, cfg)
-        result["configured_slash_wei"] = config.slash_amount
+        urls = _start_parties(group, work, ["--chain", anvil.url, "--deployments", str(work / "deployments")])
+        result = _serve_and_compare(urls, cfg)
+        model, tokenizer = load_model_dir(DEFAULT_TARGET, "target")
+        step("cheating-operator episodes (with and without speculation)")
+        result["cheating"] = {"episodes": _cheating_episodes(urls, client, model, cfg)}
+        result["bond_config"] = {k: v for k, v in vars(config).items() if k != "treasury"}
+        result["gas_price_wei"] = int(w3.eth.gas_price)
+        result["deploy_gas"] = tx.gas_used
+    step("re-executing every answer as a challenger would")
+    _measure_offchain(result, model, tokenizer, cfg)
+    return result
+
+
+def run_demo_net(cfg: NetDemoConfig) -> int:
+    from node.report import print_summary, run_ok, write_report
+
+    cfg = cfg.effective()
+    started = time.perf_counter()
+    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="specmarket_demo_") as tmp, ProcessGroup() as group:
+        result = _run(cfg, Path(tmp), group)
         step("stopping every process")
-    _print_summary(result)
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    (cfg.out / "demo_net.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {cfg.out / 'demo_net.json'}")
-    cheat = result["cheating_episode"]
-    ok = result["identical_outputs"] and cheat["at_fault"] and cheat["slashed_wei"] == config.slash_amount
-    return 0 if ok else 1
+    result["setup"] = {
+        "mode": "quick" if cfg.quick else "full",
+        "prompts": list(cfg.prompts),
+        "max_tokens": cfg.max_tokens,
+        "temperature": DEMO_TEMPERATURE,
+        "gamma": DEMO_GAMMA,
+        "drafters": list(DEMO_DRAFTERS),
+        "cpus": os.cpu_count(),
+        "warm_up": f"one {WARM_UP_TOKENS}-token request per serving target before the measured prompts, not counted",
+        "demo_seconds": round(time.perf_counter() - started, 1),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    written = write_report(result, cfg.out)
+    print_summary(result)
+    print(f"wrote {len(written)} files to {cfg.out}/ (report: {cfg.out / 'README.md'})")
+    return 0 if run_ok(result) else 1

@@ -1,4 +1,4 @@
-"""PNG plots for `specmarket theory` (and, later, the report)."""
+"""PNG plots for `specmarket theory` and the demo's report (report/)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,27 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 
 from verifier.errors import SpecmarketError
-from verifier.theory import expected_tokens, optimal_gamma, simulate_rounds, speedup
+from verifier.theory import expected_tokens, simulate_rounds, speedup
 
 GAMMA_AXIS = range(1, 13)
+BAR_WIDTH = 0.27
 
 
-def plot_omega_convergence(alphas: list[float], gamma: int, rounds: int, path: Path) -> Path:
+def plot_omega_convergence(
+    alphas: list[float], gamma: int, rounds: int, path: Path, measured_omega: float | None = None
+) -> Path:
+    """Running mean of simulated accepted lengths against Ω(α, γ); ``measured_omega`` (tokens per
+    target pass measured in a run) is drawn as a dotted line."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, alpha in enumerate(alphas):
         sim = simulate_rounds(alpha, gamma, rounds, seed=i)
-        line = ax.plot(range(1, rounds + 1), sim.running_mean, label=f"simulated, α={alpha}")[0]
+        line = ax.plot(range(1, rounds + 1), sim.running_mean, label=f"simulated, α={alpha:.3g}")[0]
         ax.axhline(expected_tokens(alpha, gamma), color=line.get_color(), ls="--", lw=1)
+    if measured_omega is not None:
+        ax.axhline(measured_omega, color="black", ls=":", lw=1.5, label=f"measured: {measured_omega:.2f} tokens/pass")
     ax.set_xscale("log")
     title = f"Empirical mean accepted length → Ω(α, γ={gamma}) (dashed)"
     return _finish(fig, ax, "round", "mean tokens per target pass", title, path)
@@ -38,9 +46,12 @@ def _finish(fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> Path:
     return path
 
 
-def _measured_points(path: Path | None) -> list[dict]:
+def _measured_points(path: Path | list[dict] | None) -> list[dict]:
+    """Measured {gamma, alpha, speedup} points: a list, or a benchmark JSON with ``measured_points``."""
     if path is None:
         return []
+    if isinstance(path, list):
+        return path
     try:
         points = json.loads(Path(path).read_text())["measured_points"]
     except (OSError, ValueError, KeyError) as exc:
@@ -48,19 +59,26 @@ def _measured_points(path: Path | None) -> list[dict]:
     return [p for p in points if {"gamma", "alpha", "speedup"} <= p.keys()]
 
 
-def plot_speedup(alphas: list[float], cost: float, path: Path, measured: Path | None = None) -> Path:
+def plot_speedup(
+    alphas: list[float],
+    cost: float,
+    path: Path,
+    measured: Path | list[dict] | None = None,
+    verify_cost: float = 1.0,  # a verification pass's time in plain target passes (theory: 1)
+) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for alpha in alphas:
-        values = [speedup(alpha, g, cost) for g in GAMMA_AXIS]
-        line = ax.plot(list(GAMMA_AXIS), values, marker=".", label=f"α={alpha}")[0]
-        best = optimal_gamma(alpha, cost, max(GAMMA_AXIS))
-        ax.plot([best], [speedup(alpha, best, cost)], marker="*", ms=14, color=line.get_color())
+        values = [speedup(alpha, g, cost, verify_cost) for g in GAMMA_AXIS]
+        line = ax.plot(list(GAMMA_AXIS), values, marker=".", label=f"α={alpha:.3g}")[0]
+        best = max(GAMMA_AXIS, key=lambda g: (speedup(alpha, g, cost, verify_cost), -g))
+        ax.plot([best], [speedup(alpha, best, cost, verify_cost)], marker="*", ms=14, color=line.get_color())
     for point in _measured_points(measured):
         ax.plot([point["gamma"]], [point["speedup"]], "kx", ms=10, mew=2)
         ax.annotate(f"measured α={point['alpha']:.2f}", (point["gamma"], point["speedup"]), fontsize=8)
     ax.axhline(1.0, color="grey", lw=0.8)
-    title = f"Speed-up bound, c = {cost} (★ optimum, × measured)"
-    return _finish(fig, ax, "γ (draft tokens per round)", "S = Ω / (γc + 1)", title, path)
+    v = "" if verify_cost == 1.0 else f", v = {verify_cost:.3g}"
+    title = f"Speed-up bound, c = {cost:.3g}{v} (★ optimum, × measured)"
+    return _finish(fig, ax, "γ (draft tokens per round)", "S = Ω / (γc + v)", title, path)
 
 
 def write_theory_plots(alphas, cost, gamma, rounds, out: Path, measured: Path | None = None) -> list[Path]:
@@ -69,3 +87,32 @@ def write_theory_plots(alphas, cost, gamma, rounds, out: Path, measured: Path | 
         plot_omega_convergence(list(alphas), gamma, rounds, out / "omega_convergence.png"),
         plot_speedup(list(alphas), cost, out / "speedup_vs_gamma.png", measured),
     ]
+
+
+def plot_drafter_acceptance(drafters: list[dict], path: Path) -> Path:
+    """Draft tokens proposed, matched and accepted (credited) per drafter peer."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    names = [d["name"] for d in drafters]
+    x = np.arange(len(names))
+    for i, (key, label) in enumerate((("proposed", "proposed"), ("matched", "matched"), ("accepted", "accepted"))):
+        ax.bar(x + (i - 1) * BAR_WIDTH, [d[key] for d in drafters], BAR_WIDTH, label=label)
+    ax.set_xticks(x, names, rotation=15)
+    return _finish(fig, ax, "drafter peer", "draft tokens", "Per-drafter draft tokens (with speculation)", path)
+
+
+def plot_with_without(rows: dict[str, dict], path: Path) -> Path:
+    """Tokens/s, target passes and target positions per output token, with and without speculation."""
+    metrics = (("tokens_per_second", "tokens/s"), ("target_passes", "target passes"))
+    metrics += (("positions_per_token", "positions / token"),)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(10, 4))
+    for ax, (key, label) in zip(axes, metrics, strict=True):
+        values = [rows[mode][key] for mode in rows]
+        ax.bar(list(rows), values, color=["tab:blue", "tab:grey"])
+        ax.set_title(label)
+        for i, v in enumerate(values):
+            ax.annotate(f"{v:g}", (i, v), ha="center", va="bottom", fontsize=9)
+    fig.suptitle("Same answers, with and without speculation")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

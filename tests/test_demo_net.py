@@ -1,5 +1,6 @@
-"""`specmarket demo-net --quick`: anvil, deployment, bonded targets, four drafter peers, a slashed
-cheating operator, all as real processes; every process is gone afterwards."""
+"""`specmarket demo-net --quick` (what CI runs of `make demo`): anvil, deployment, bonded targets, four
+drafter peers, two slashed cheating operators, all as real processes; the report's numbers are
+checked for internal consistency; every process is gone afterwards."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ DEMO_TIMEOUT_S = 900
 INTERRUPT_AFTER_S = 3.0  # into the targets' start-up (imports and model loading take longer)
 STOP_WAIT_S = 60
 INTERRUPTED_EXIT = 130  # what `specmarket` returns on KeyboardInterrupt
+CALLDATA_GAS_SLACK = 200  # the two cheats' receipts differ only in signature/address bytes (4 vs 16 gas a byte)
+FORGED_FREQ = 0.99  # the textbook rule emits the lying drafter's token this often at least
+TV_NOISE_SLACK = 0.05  # GUMBEL's distance from the target stays within sampling noise (1000 seeds)
+MIN_PNG_BYTES = 5_000
 
 
 def test_quick_networked_demo_end_to_end(tmp_path):
@@ -26,18 +31,69 @@ def test_quick_networked_demo_end_to_end(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads((tmp_path / "demo_net.json").read_text())
-    spec, plain, cheat = result["with_speculation"], result["without_speculation"], result["cheating_episode"]
-    assert result["identical_outputs"] and spec["output_hashes"] == plain["output_hashes"]
-    assert spec["target_positions"] >= plain["target_positions"]  # the target still scores every token
-    assert spec["draft_tokens_accepted"] > 0 and plain["draft_tokens_proposed"] == 0
-    assert sum(result["drafter_credits"].values()) == spec["draft_tokens_accepted"]
-    cfg = BondConfig()
-    assert cheat["at_fault"] and cheat["slashed_wei"] == result["configured_slash_wei"] == cfg.slash_amount
-    reward = cfg.slash_amount * cfg.challenger_reward_bps // 10_000
-    assert cheat["challenger_paid_wei"] == reward + cfg.challenger_bond
-    assert cheat["bond_after_wei"] == cheat["bond_before_wei"] - cfg.slash_amount
+    check_serving(result)
+    check_trust_budget(result)
+    check_report(tmp_path, result)
     leftovers = subprocess.run(["pgrep", "-f", "specmarket_demo_"], capture_output=True, text=True)
     assert leftovers.stdout.strip() == "", f"processes left running: {leftovers.stdout}"
+
+
+def check_serving(result: dict) -> None:
+    """Same seeds, same outputs; the target still scores every token; credits are accepted drafts."""
+    spec, plain = result["with_speculation"], result["without_speculation"]
+    assert result["identical_outputs"] and spec["tokens_per_answer"] == plain["tokens_per_answer"]
+    assert spec["output_hashes"] == plain["output_hashes"]
+    rows = result["derived"]["rows"]
+    assert rows["with_speculation"]["positions_per_token"] >= rows["without_speculation"]["positions_per_token"]
+    assert rows["without_speculation"]["passes_per_token"] == 1.0  # plain decoding: one pass per token
+    assert spec["target_passes"] < plain["target_passes"] and spec["draft_tokens_accepted"] > 0
+    assert plain["draft_tokens_proposed"] == 0
+    assert sum(d["accepted"] for d in result["drafters"]) == spec["draft_tokens_accepted"]
+    by_strategy = {d["name"]: d for d in result["drafters"]}
+    assert all(d["accepted"] == 0 for name, d in by_strategy.items() if "honest" not in name)
+    assert by_strategy["drafter3-garbage"]["errors"] >= 1
+
+
+def check_trust_budget(result: dict) -> None:
+    """Each cheat slashed exactly the configured amount; checking costs the same both ways."""
+    cfg = BondConfig()
+    assert result["bond_config"]["slash_amount"] == cfg.slash_amount
+    reward = cfg.slash_amount * cfg.challenger_reward_bps // 10_000
+    episodes = result["cheating"]["episodes"]
+    for episode in episodes.values():
+        assert episode["at_fault"] and episode["slashed_wei"] == cfg.slash_amount
+        assert episode["bond_after_wei"] == episode["bond_before_wei"] - cfg.slash_amount
+        assert episode["challenger_paid_wei"] == reward + cfg.challenger_bond
+        assert episode["treasury_paid_wei"] == cfg.slash_amount - reward
+        assert episode["resolve_gas"] > 0 and episode["challenge_gas"] > 0
+    spec, plain = episodes["with_speculation"], episodes["without_speculation"]
+    assert spec["draft_tokens_accepted"] > 0 and plain["draft_tokens_accepted"] == 0  # the cheat did speculate
+    assert spec["first_wrong"] == plain["first_wrong"] == result["setup"]["max_tokens"] // 2
+    assert spec["audit_target_positions"] == plain["audit_target_positions"]
+    assert spec["resolve_gas"] == plain["resolve_gas"]  # same storage state: credits withdrawn in between
+    assert abs(spec["challenge_gas"] - plain["challenge_gas"]) <= CALLDATA_GAS_SLACK
+    audits = result["audits"]
+    assert audits["with_speculation"]["all_correct"] and audits["without_speculation"]["all_correct"]
+    assert audits["with_speculation"]["target_positions"] == audits["without_speculation"]["target_positions"]
+    sizing = result["derived"]["bond_sizing"]
+    assert sizing["with_speculation"]["min_bond_wei"] == sizing["without_speculation"]["min_bond_wei"]
+    forgery = result["forgery"]
+    assert forgery["textbook_freq"] > FORGED_FREQ and forgery["textbook_tv"] > FORGED_FREQ - forgery["target_prob"]
+    assert forgery["gumbel_tv"] < forgery["noise_floor_tv"] + TV_NOISE_SLACK
+
+
+def check_report(out, result: dict) -> None:
+    """README.md and the PNGs are written, and the tables carry this run's numbers."""
+    report = (out / "README.md").read_text()
+    for png in ("with_without", "drafter_acceptance", "omega_convergence", "speedup_vs_gamma"):
+        assert (out / f"{png}.png").stat().st_size > MIN_PNG_BYTES and f"({png}.png)" in report
+    rows = result["derived"]["rows"]
+    spec, plain = rows["with_speculation"], rows["without_speculation"]
+    assert f"| target forward passes | {spec['target_passes']} | {plain['target_passes']} |" in report
+    assert f"| target positions scored | {spec['target_positions']} | {plain['target_positions']} |" in report
+    gas = result["cheating"]["episodes"]["with_speculation"]["challenge_gas"]
+    assert f"| gas: challenge | {gas:,} |" in report
+    assert "--quick" in report and "(identical)" in report
 
 
 def test_interrupted_demo_stops_every_process(tmp_path):

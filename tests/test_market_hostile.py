@@ -45,7 +45,8 @@ def reference(pair, prompt: str, seed: int, max_tokens: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
-    node = start_target(tmp_path_factory.mktemp("hostile"), "--draft-deadline-ms", str(DRAFT_DEADLINE_MS), "--max-drafters", "8")
+    deadline = ("--draft-deadline-ms", str(DRAFT_DEADLINE_MS))
+    node = start_target(tmp_path_factory.mktemp("hostile"), *deadline, "--max-drafters", "8")
     yield node
     assert node.stop() == 0, node.log()[-3000:]
 

@@ -1,0 +1,324 @@
+"""The demo's report: report/README.md, its PNGs and demo_net.json, from one run's measurements.
+
+Every number in the report is computed here from what `node.demo_net` measured in that run; the
+only inputs that are not measured are the two named assumptions of the bond sizing
+(``PRICE_WEI_PER_TOKEN``, ``AUDIT_RATE``), printed next to the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from node.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup, plot_with_without
+from node.trust import BondSizing
+from verifier.errors import InvalidParams
+from verifier.theory import alpha_from_omega, speedup
+
+MODES = ("with_speculation", "without_speculation")
+MODE_TITLES = {"with_speculation": "with speculation", "without_speculation": "without speculation"}
+PRICE_WEI_PER_TOKEN = 10**12  # assumption: an answer's fee, 10⁻⁶ ETH per output token
+AUDIT_RATE = 0.01  # assumption: challengers re-execute 1 answer in 100
+OMEGA_ROUNDS = 2000  # simulated rounds in the Ω-convergence plot
+ETH = 10**18
+
+
+def derive(result: dict) -> dict[str, dict]:
+    """Per mode: latency, throughput, passes, positions and FLOPs per output token."""
+    flops = result["target_flops_per_position"]
+    rows = {}
+    for mode in MODES:
+        r = result[mode]
+        tokens, wall = r["tokens"], r["wall_seconds"]
+        rows[mode] = {
+            **r,
+            "latency_ms_per_token": round(1000 * wall / tokens, 2),
+            "tokens_per_second": round(tokens / wall, 2),
+            "passes_per_token": round(r["target_passes"] / tokens, 4),
+            "positions_per_token": round(r["target_positions"] / tokens, 4),
+            "flops_per_token": flops * r["target_positions"] / tokens,
+        }
+    return rows
+
+
+def speculation_fit(result: dict, rows: dict[str, dict]) -> dict:
+    """Measured Ω (tokens per target pass), the α that explains it, the measured speed-up, and the
+    two costs of Leviathan et al. (2023) §3.4 in units of one plain target pass: c = draft wait per
+    round / γ, and v = the rest of a speculative round (verification pass, settling, streaming).
+    Departure: the paper takes v = 1; over the network and on a CPU a wider pass costs more."""
+    spec, plain, gamma = rows["with_speculation"], rows["without_speculation"], result["setup"]["gamma"]
+    omega = spec["tokens"] / spec["target_passes"]
+    try:
+        alpha = alpha_from_omega(min(omega, gamma + 1.0), gamma)
+    except InvalidParams:  # fewer tokens than passes cannot happen; an empty run can
+        alpha = 0.0
+    plain_pass_s = plain["wall_seconds"] / plain["target_passes"]
+    wait_per_round = spec["draft_wait_seconds"] / spec["draft_rounds"] if spec["draft_rounds"] else 0.0
+    verify_s = (spec["wall_seconds"] - spec["draft_wait_seconds"]) / spec["target_passes"]
+    cost, verify_cost = wait_per_round / (gamma * plain_pass_s), verify_s / plain_pass_s
+    return {
+        "gamma": gamma,
+        "omega": round(omega, 4),
+        "alpha": round(alpha, 4),
+        "acceptance_rate": round(spec["draft_tokens_accepted"] / max(spec["draft_tokens_proposed"], 1), 4),
+        "speedup": round(plain["wall_seconds"] / spec["wall_seconds"], 4),
+        "cost": round(cost, 4),
+        "verify_cost": round(verify_cost, 4),
+        "predicted_speedup": round(speedup(alpha, gamma, cost, verify_cost), 4),
+    }
+
+
+def bond_sizing(result: dict, rows: dict[str, dict]) -> dict[str, BondSizing]:
+    out = {}
+    for mode in MODES:
+        episode = result["cheating"]["episodes"][mode]
+        caught = episode["at_fault"] and episode["slashed_wei"] > 0
+        audits = result["audits"][mode]
+        out[mode] = BondSizing(
+            tokens_per_answer=rows[mode]["tokens"] / rows[mode]["answers"],
+            price_wei_per_token=PRICE_WEI_PER_TOKEN,
+            audit_rate=AUDIT_RATE,
+            catch_rate=1.0 if caught else 0.0,  # one cheating episode per mode in a run
+            challenge_gas=episode["challenge_gas"],
+            resolve_gas=episode["resolve_gas"],
+            audit_seconds_per_answer=audits["seconds"] / max(audits["answers"], 1),
+            gas_price_wei=result["gas_price_wei"],
+        )
+    return out
+
+
+def run_ok(result: dict) -> bool:
+    """The run showed the thesis: same outputs; every cheat slashed the configured amount."""
+    slash = result["bond_config"]["slash_amount"]
+    episodes = result["cheating"]["episodes"].values()
+    return result["identical_outputs"] and all(e["at_fault"] and e["slashed_wei"] == slash for e in episodes)
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f} s"
+
+
+def _eth(wei: float) -> str:
+    return f"{wei / ETH:.6g} ETH"
+
+
+def _side_by_side(label_rows: list[tuple[str, str, Callable]], data: dict[str, dict]) -> str:
+    header = ["", *(MODE_TITLES[m] for m in MODES)]
+    return _table(header, [[label, *(fmt(data[m][key]) for m in MODES)] for label, key, fmt in label_rows])
+
+
+def _headline(rows: dict[str, dict], result: dict) -> str:
+    same = "yes" if result["identical_outputs"] else "**NO**"
+    spec, plain = rows["with_speculation"], rows["without_speculation"]
+    accepted = {m: f"{rows[m]['draft_tokens_accepted']} / {rows[m]['draft_tokens_proposed']}" for m in MODES}
+    table = _side_by_side(
+        [
+            ("output tokens", "tokens", str),
+            ("latency per token", "latency_ms_per_token", lambda v: f"{v} ms"),
+            ("tokens / s", "tokens_per_second", str),
+            ("target forward passes", "target_passes", str),
+            ("target positions scored", "target_positions", str),
+            ("positions per output token", "positions_per_token", str),
+            ("target FLOPs per output token", "flops_per_token", lambda v: f"{v:.3g}"),
+        ],
+        rows,
+    )
+    table += (
+        f"\n| draft tokens accepted / proposed | {accepted['with_speculation']} | {accepted['without_speculation']} |"
+    )
+    table += f"\n| output hashes | {same} (identical) | |"
+    speed = plain["wall_seconds"] / spec["wall_seconds"]
+    return f"{table}\n\nSpeed-up (wall time without ÷ with): **{speed:.2f}×**; outputs identical: **{same}**."
+
+
+def _rate(drafter: dict) -> str:
+    return f"{drafter['matched'] / drafter['proposed']:.2f}" if drafter["proposed"] else "–"
+
+
+def _drafters(result: dict) -> str:
+    rows = [
+        [d["name"], d["strategy"], d["proposed"], d["matched"], d["accepted"], d["timeouts"], d["errors"], _rate(d)]
+        for d in result["drafters"]
+    ]
+    header = ["peer", "strategy", "proposed", "matched", "accepted (credited)", "timeouts", "errors", "match rate"]
+    return _table(header, rows)
+
+
+def _trust_budget(result: dict, rows: dict[str, dict]) -> str:
+    audits, episodes, cfg = result["audits"], result["cheating"]["episodes"], result["bond_config"]
+    data = {
+        m: {
+            "serve": rows[m]["positions_per_token"],
+            "audit_positions": audits[m]["target_positions"],
+            "audit_per_token": audits[m]["positions_per_token"],
+            "audit_all_seconds": audits[m]["seconds"],
+            "audit_ok": "yes" if audits[m]["all_correct"] else "**NO**",
+            **episodes[m],
+            "min_bond": cfg["min_bond"],
+        }
+        for m in MODES
+    }
+    return _side_by_side(
+        [
+            ("target positions per output token, serving", "serve", str),
+            ("challenger re-execution of all honest answers: positions", "audit_positions", str),
+            ("… per output token", "audit_per_token", str),
+            ("… seconds", "audit_all_seconds", _seconds),
+            ("… every honest answer found correct", "audit_ok", str),
+            ("cheating answer: first wrong token", "first_wrong", str),
+            ("cheating answer: re-execution positions", "audit_target_positions", str),
+            ("cheating answer: re-execution seconds", "audit_seconds", _seconds),
+            ("gas: challenge", "challenge_gas", lambda v: f"{v:,}"),
+            ("gas: resolution (referee quorum, at fault)", "resolve_gas", lambda v: f"{v:,}"),
+            ("bond required (contract minimum)", "min_bond", _eth),
+            ("bond posted by the operator", "bond_before_wei", _eth),
+            ("slashed", "slashed_wei", _eth),
+            ("challenger paid (bond back + reward), withdrawn", "challenger_paid_wei", _eth),
+        ],
+        data,
+    )
+
+
+def _forgery(f: dict) -> str:
+    rows = [
+        ["textbook min(1, p/q) (Leviathan et al. 2023)", f"{f['textbook_freq']:.4f}", f"{f['textbook_tv']:.4f}"],
+        ["GUMBEL sample-and-match (this system)", f"{f['gumbel_freq']:.4f}", f"{f['gumbel_tv']:.4f}"],
+        ["exact samples from the target (noise floor)", "–", f"{f['noise_floor_tv']:.4f}"],
+    ]
+    table = _table(
+        ["rule, same lying drafter", f"P(first token = {f['wanted_text']!r})", "TV distance from target"], rows
+    )
+    return (
+        f"The lying drafter always proposes token {f['wanted_token']} ({f['wanted_text']!r}), to which the target "
+        f"gives probability {f['target_prob']:.3g}, and claims q = 1e-9 for it. First output token after the "
+        f"first prompt, {f['samples']} seeds per rule, shipped target model:\n\n{table}"
+    )
+
+
+def _bond(sizing: dict[str, BondSizing], result: dict) -> str:
+    data = {m: s.to_dict() for m, s in sizing.items()}
+    table = _side_by_side(
+        [
+            ("output tokens per answer (measured)", "tokens_per_answer", lambda v: f"{v:g}"),
+            ("g: gain from cheating one answer (its fee)", "gain_wei", _eth),
+            ("catch rate (cheats challenged → slashed, measured)", "catch_rate", lambda v: f"{v:g}"),
+            ("p = audit rate × catch rate", "detection_probability", lambda v: f"{v:g}"),
+            ("**B ≥ g / p**", "min_bond_wei", lambda v: f"**{_eth(v)}**"),
+            (
+                "challenger's cost: re-execution per answer (measured)",
+                "audit_seconds_per_answer",
+                _seconds,
+            ),
+            ("challenger's cost: challenge gas × gas price", "challenge_cost_wei", _eth),
+        ],
+        data,
+    )
+    cfg = result["bond_config"]
+    reward = cfg["slash_amount"] * cfg["challenger_reward_bps"] // 10_000
+    return (
+        f"Assumptions (not measured): fee {_eth(PRICE_WEI_PER_TOKEN)} per output token, audit rate {AUDIT_RATE:g}.\n\n"
+        f"{table}\n\nEvery input to B is the same with and without speculation: the answer (so its fee) is identical, "
+        f"and a challenge re-executes plain decoding on the answer's tokens whoever drafted them. The contract's "
+        f"minimum bond is {_eth(cfg['min_bond'])} and a slash pays the challenger {_eth(reward)} on top of its "
+        f"{_eth(cfg['challenger_bond'])} challenger bond, against the challenge's gas cost above."
+    )
+
+
+def write_plots(result: dict, rows: dict[str, dict], fit: dict, out: Path) -> list[Path]:
+    point = {"gamma": fit["gamma"], "alpha": fit["alpha"], "speedup": fit["speedup"]}
+    return [
+        plot_with_without({MODE_TITLES[m]: rows[m] for m in MODES}, out / "with_without.png"),
+        plot_drafter_acceptance(result["drafters"], out / "drafter_acceptance.png"),
+        plot_omega_convergence([fit["alpha"]], fit["gamma"], OMEGA_ROUNDS, out / "omega_convergence.png", fit["omega"]),
+        plot_speedup([fit["alpha"]], fit["cost"], out / "speedup_vs_gamma.png", [point], fit["verify_cost"]),
+    ]
+
+
+def _intro(s: dict) -> str:
+    quick = " --quick" if s["mode"] == "quick" else ""
+    return (
+        f"Generated by `specmarket demo-net{quick}` on {s['date']} ({s['cpus']} CPUs, {s['demo_seconds']} s end "
+        f"to end). {len(s['prompts'])} prompts × {s['max_tokens']} tokens at temperature {s['temperature']}, "
+        f"seeds 0…{len(s['prompts']) - 1}, γ = {s['gamma']}; drafter peers: {', '.join(s['drafters'])}; "
+        f"{s['warm_up']}. Every "
+        "figure below was measured in that run; `demo_net.json` holds the raw numbers."
+    )
+
+
+def _theory(fit: dict) -> str:
+    verdict = "bought" if fit["speedup"] > 1 else "did not buy"
+    return (
+        f"Measured Ω = {fit['omega']} tokens per target pass ⇒ α = {fit['alpha']} (raw acceptance "
+        f"{fit['acceptance_rate']}). In units of one plain target pass: drafting cost c = {fit['cost']} per draft "
+        f"token (the wait for drafts over libp2p), verification v = {fit['verify_cost']} per round. The theory's "
+        f"S = Ω / (γc + v) with these measured terms gives {fit['predicted_speedup']}× (an accounting of the run, "
+        f"not an independent prediction); measured {fit['speedup']}× at γ = {fit['gamma']}: "
+        f"speculation {verdict} wall-clock latency in this run. It always cuts the target's sequential passes "
+        f"(Ω per pass); it pays in wall time once γc + v < Ω, i.e. when a target pass is expensive next to a "
+        f"draft round trip (a large target on an accelerator), not with the tiny CPU pair shipped here."
+    )
+
+
+def render(result: dict, rows: dict[str, dict], fit: dict, sizing: dict[str, BondSizing]) -> str:
+    drafters = "Drafters post no bond and are never slashed; a hostile one only loses its turn."
+    trust = (
+        "Speculation moves the target's work into fewer, wider passes; it does not lower what checking the "
+        "operator costs."
+    )
+    sections = [
+        "# specmarket: the thesis, measured",
+        _intro(result["setup"]),
+        "## With and without speculation\n\n" + _headline(rows, result),
+        "![with and without speculation](with_without.png)",
+        f"## Drafter peers\n\n{drafters}\n\n{_drafters(result)}",
+        "![per-drafter acceptance](drafter_acceptance.png)",
+        f"## The trust budget\n\n{trust}\n\n{_trust_budget(result, rows)}",
+        "## The forgery row\n\n" + _forgery(result["forgery"]),
+        "## Bond sizing\n\n" + _bond(sizing, result),
+        "## Theory against the run\n\n" + _theory(fit),
+        "![Ω convergence](omega_convergence.png)\n\n![S against γ](speedup_vs_gamma.png)",
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def write_report(result: dict, out: Path) -> list[Path]:
+    """report/README.md, the PNGs and demo_net.json (with the derived rows)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = derive(result)
+    fit = speculation_fit(result, rows)
+    sizing = bond_sizing(result, rows)
+    derived = {"rows": rows, "fit": fit, "bond_sizing": {m: s.to_dict() for m, s in sizing.items()}}
+    paths = write_plots(result, rows, fit, out)
+    (out / "README.md").write_text(render(result, rows, fit, sizing))
+    (out / "demo_net.json").write_text(json.dumps({**result, "derived": derived}, indent=2) + "\n")
+    return [*paths, out / "README.md", out / "demo_net.json"]
+
+
+def print_summary(result: dict) -> None:
+    rows = derive(result)
+    print(f"{'':<22}{'tok/s':>8}{'ms/token':>10}{'passes':>8}{'positions':>11}{'accepted':>10}")
+    for mode in MODES:
+        r = rows[mode]
+        accepted = f"{r['draft_tokens_accepted']}/{r['draft_tokens_proposed']}"
+        print(
+            f"{MODE_TITLES[mode]:<22}{r['tokens_per_second']:>8}{r['latency_ms_per_token']:>10}"
+            f"{r['target_passes']:>8}{r['target_positions']:>11}{accepted:>10}"
+        )
+    print(f"identical outputs with and without speculation: {result['identical_outputs']}")
+    for mode, e in result["cheating"]["episodes"].items():
+        print(
+            f"cheating operator {MODE_TITLES[mode]}: wrong token {e['first_wrong']}, "
+            f"challenge gas {e['challenge_gas']}, resolution gas {e['resolve_gas']}, slashed {_eth(e['slashed_wei'])}"
+        )
+    f = result["forgery"]
+    print(
+        f"forgery (TV distance from the target): textbook rule {f['textbook_tv']:.3f}, "
+        f"GUMBEL {f['gumbel_tv']:.3f}, noise floor {f['noise_floor_tv']:.3f}"
+    )
