@@ -52,7 +52,8 @@ class DrafterStats:
     proposed: int = 0  # draft tokens received (current trial window)
     matched: int = 0  # of those, tokens that matched the target's output, verified or not
     accepted: int = 0  # tokens credited: accepted in the draft actually verified
-    timeouts: int = 0
+    timeouts: int = 0  # rounds that reached the deadline without the peer's draft (a failure)
+    late: int = 0  # rounds closed early, on a better-ranked peer's draft, before this one's arrived (no failure)
     errors: int = 0  # protocol violations, dropped streams
     jobs: int = 0
     latency_ms: float | None = None  # EWMA (alpha 0.2) of the draft round trip; None until a sample
@@ -192,6 +193,10 @@ class Registry:
         s = self.stats(peer_id)
         s.timeouts += 1
         s.consecutive_failures += 1
+
+    def record_late(self, peer_id: str) -> None:
+        """The round closed on a better-ranked draft before the deadline; not held against the peer."""
+        self.stats(peer_id).late += 1
 
     def record_error(self, peer_id: str, reason: str) -> None:
         """A protocol violation or dropped stream; ``reason`` is kept for /health."""

@@ -136,6 +136,7 @@ def _drafter_rows(http: str, drafters: dict[str, str], credits: dict[str, int]) 
                 "accepted": credits.get(peer, 0),
                 "rounds_in_time": s.get("rounds", 0),
                 "timeouts": s.get("timeouts", 0),
+                "late": s.get("late", 0),
                 "errors": s.get("errors", 0),
                 "benched": bool(s.get("benched", False)),
             }

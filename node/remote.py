@@ -62,7 +62,7 @@ class RoundState:
     k: int = -1  # k of the round in flight
     context_len: int = 0  # len(context) when the round was asked for
     chosen: str | None = None  # peer whose draft was verified in the round in flight
-    closed: bool = False  # the draft was chosen; later arrivals are misses
+    closed: bool = False  # the draft was chosen; later arrivals are misses (deadline) or late (early close)
     changed: trio.Event = field(default_factory=trio.Event)
 
 
@@ -112,8 +112,8 @@ class MarketProposer:
             for session in live:
                 nursery.start_soon(self._send_update, session, context, k)
         ranked = self.policy.rank(self.registry, [s.peer_id for s in self.live()], explore=False)
-        await self._wait_for_drafts(ranked)
-        proposal = self._choose(ranked, gamma)
+        deadline_passed = await self._wait_for_drafts(ranked)
+        proposal = self._choose(ranked, gamma, deadline_passed)
         self.wait_s += time.perf_counter() - started
         self.rounds += 1
         self.empty_rounds += not proposal.tokens
@@ -135,23 +135,28 @@ class MarketProposer:
     def _params(self) -> tuple[float, int, float]:
         return self.params.temperature, self.params.top_k, self.params.top_p
 
-    async def _wait_for_drafts(self, ranked: list[str]) -> None:
-        """Until the best-ranked live drafter has answered, all have, or the deadline passes."""
+    async def _wait_for_drafts(self, ranked: list[str]) -> bool:
+        """Until the best-ranked live drafter has answered, all have, or the deadline passes (True)."""
         by_peer = self._by_peer()
-        with trio.move_on_after(self.deadline_s):
+        with trio.move_on_after(self.deadline_s) as scope:
             while True:
                 live = [by_peer[p] for p in ranked if by_peer[p].alive]
                 if not live or live[0].pending is not None or all(s.pending for s in live):
-                    return
+                    return False
                 self.round.changed = trio.Event()
                 await self.round.changed.wait()
+        return scope.cancelled_caught
 
-    def _choose(self, ranked: list[str], gamma: int) -> Proposal:
+    def _choose(self, ranked: list[str], gamma: int, deadline_passed: bool) -> Proposal:
+        """Close the round: a drafter that has not answered missed the deadline, or, when the round
+        closed early on the best-ranked draft, was merely late (recorded, not held against it)."""
         by_peer = self._by_peer()
         self.round.closed = True
         for session in self.live():
-            if session.pending is None:
+            if session.pending is None and deadline_passed:
                 self._miss(session)
+            elif session.pending is None:
+                self.registry.record_late(session.peer_id)
             else:
                 session.misses = 0
                 draft, latency = session.pending  # judge every draft at this round's γ (the last may be shorter)

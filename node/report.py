@@ -22,6 +22,7 @@ PRICE_WEI_PER_TOKEN = 10**12  # assumption: an answer's fee, 10⁻⁶ ETH per ou
 AUDIT_RATE = 0.01  # assumption: challengers re-execute 1 answer in 100
 OMEGA_ROUNDS = 2000  # simulated rounds in the Ω-convergence plot
 ETH = 10**18
+DRAFTER_COLUMNS = ("name", "strategy", "proposed", "matched", "accepted", "late", "timeouts", "errors")
 
 
 def derive(result: dict) -> dict[str, dict]:
@@ -143,11 +144,9 @@ def _rate(drafter: dict) -> str:
 
 
 def _drafters(result: dict) -> str:
-    rows = [
-        [d["name"], d["strategy"], d["proposed"], d["matched"], d["accepted"], d["timeouts"], d["errors"], _rate(d)]
-        for d in result["drafters"]
-    ]
-    header = ["peer", "strategy", "proposed", "matched", "accepted (credited)", "timeouts", "errors", "match rate"]
+    rows = [[*(d[k] for k in DRAFTER_COLUMNS), _rate(d), "yes" if d["benched"] else "no"] for d in result["drafters"]]
+    header = ["peer", "strategy", "proposed", "matched", "accepted (credited)", "late", "timeouts", "errors"]
+    header += ["match rate", "benched at the end"]
     return _table(header, rows)
 
 
