@@ -14,15 +14,14 @@ import argparse
 import json
 import logging
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +31,7 @@ from node.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, m
 from node.engine import CompletionRequest, Engine
 from node.generate import encode_prompt
 from node.models import HFCausalLM, ModelPair, load_pair
-from node.procs import sigterm_unwinds
+from node.procs import CHILD_ENV, ProcessGroup, sigterm_unwinds, start_drafter
 from node.trio_thread import TrioThread
 from verifier.params import SamplingParams
 from verifier.proposal import Proposal
@@ -44,10 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HOSTILE = ("random", "adversarial", "lying", "slow", "garbage", "flaky")
-DRAFTER_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 SLOW_MS = 1000
 STARTUP_TIMEOUT_S = 240.0  # seven drafter processes importing torch and libp2p on two cores
-STOP_TIMEOUT_S = 15.0
 ENGINE_MODES = ("plain", "local", "p2p_honest", "p2p_hostile")
 CHECKED = ("local", "p2p_honest", "p2p_hostile")  # must equal plain token for token (GUMBEL)
 AIMS = {"p2p_honest_vs_best_hf_assisted": 1.0, "p2p_hostile_vs_plain": 0.9}
@@ -91,58 +88,11 @@ def _call(loop: TrioThread, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 @dataclass
-class DrafterProcess:
-    """A `specmarket drafter` subprocess; its log goes to ``log_path``."""
-
-    strategy: str
-    proc: subprocess.Popen
-    log_path: Path
-    peer_id: str = ""
-
-    @classmethod
-    def spawn(cls, tmp: Path, bootstrap: str, strategy: str, index: int) -> DrafterProcess:
-        name = f"drafter{index}-{strategy}"
-        args = ["--bootstrap", bootstrap, "--strategy", strategy, "--data-dir", str(tmp / name)]
-        cmd = [sys.executable, "-m", "node", "drafter", *args, "--slow-ms", str(SLOW_MS), "--seed", str(index)]
-        with (tmp / f"{name}.log").open("w") as err:
-            proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=err, text=True, env={**os.environ, **DRAFTER_ENV}
-            )
-        return cls(strategy, proc, tmp / f"{name}.log")
-
-    def wait_registered(self, deadline: float) -> None:
-        assert self.proc.stdout is not None
-        for line in iter(self.proc.stdout.readline, ""):
-            key, _, value = line.strip().partition(": ")
-            if key == "multiaddr":
-                self.peer_id = value.rsplit("/", 1)[-1]
-            elif key == "registered":
-                return
-            if time.monotonic() > deadline:
-                break
-        tail = self.log_path.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"drafter {self.strategy} did not register (exit code {self.proc.poll()}):\n{tail}")
-
-
-def stop_drafters(drafters: Sequence[DrafterProcess]) -> None:
-    """SIGTERM all at once (each withdraws its registration in parallel), then kill the laggards."""
-    for d in drafters:
-        if d.proc.poll() is None:
-            d.proc.send_signal(signal.SIGTERM)
-    for d in drafters:
-        try:
-            d.proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            d.proc.kill()
-            d.proc.wait()
-
-
-@dataclass
 class Market:
     loop: TrioThread
     honest: TargetNode
     hostile: TargetNode
-    drafters: list[DrafterProcess]
+    drafters: dict[str, str]  # peer id -> strategy
 
     def node(self, mode: str) -> TargetNode | None:
         return {"p2p_honest": self.honest, "p2p_hostile": self.hostile}.get(mode)
@@ -171,25 +121,32 @@ def _wait_known(loop: TrioThread, node: TargetNode, n: int, deadline: float) -> 
 @contextmanager
 def running_market(pair: ModelPair, cfg: P2PBenchConfig, tmp: Path) -> Iterator[Market]:
     """Two targets, one honest and six hostile drafter processes; all stopped on exit (Ctrl-C too)."""
-    loop, nodes, drafters = TrioThread(), [], []
+    loop, nodes = TrioThread(), []
     try:
-        for name in ("honest", "hostile"):
-            nodes.append(_start_target(loop, pair, cfg, tmp / f"target-{name}"))
-        for i, strategy in enumerate(("honest", *HOSTILE)):
-            drafters.append(DrafterProcess.spawn(tmp, nodes[i > 0].addrs[0], strategy, i))
-        progress(f"started {len(drafters)} drafter processes (OMP_NUM_THREADS=1); waiting for registrations")
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        for d in drafters:
-            d.wait_registered(deadline)
-        _wait_known(loop, nodes[0], 1, deadline)
-        _wait_known(loop, nodes[1], len(HOSTILE), deadline)
-        yield Market(loop, nodes[0], nodes[1], drafters)
+        with ProcessGroup() as group:
+            for name in ("honest", "hostile"):
+                nodes.append(_start_target(loop, pair, cfg, tmp / f"target-{name}"))
+            strategies = ("honest", *HOSTILE)
+            progress(f"starting {len(strategies)} drafter processes (OMP_NUM_THREADS=1)")
+            starters = [
+                partial(start_drafter, tmp, nodes[i > 0].addrs[0], s, f"drafter{i}-{s}", *_drafter_flags(i))
+                for i, s in enumerate(strategies)
+            ]
+            started = group.start_all(starters)
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            _wait_known(loop, nodes[0], 1, deadline)
+            _wait_known(loop, nodes[1], len(HOSTILE), deadline)
+            peers = [d.lines["multiaddr"][0].rsplit("/", 1)[-1] for d in started]
+            yield Market(loop, nodes[0], nodes[1], dict(zip(peers, strategies, strict=True)))
     finally:
-        stop_drafters(drafters)
         with suppress(trio.RunFinishedError):  # the loop died with an error: it is already closed
             loop.close()
         for node in nodes:
             node.close()
+
+
+def _drafter_flags(index: int) -> tuple[str, ...]:
+    return ("--slow-ms", str(SLOW_MS), "--seed", str(index))
 
 
 class _TimedLocalProposer(LocalDraftProposer):
@@ -342,7 +299,7 @@ def bench_temperature(
 
 def market_snapshot(market: Market, node: TargetNode) -> dict:
     """Per drafter (by strategy) what the target's registry knows, and how many were benched."""
-    strategy = {d.peer_id: d.strategy for d in market.drafters}
+    strategy = market.drafters
     rows = {
         strategy.get(p, p): {k: v for k, v in row.items() if k not in SNAPSHOT_DROPPED}
         for p, row in market.snapshot(node).items()
@@ -382,7 +339,7 @@ def _print_report(report: dict, cfg: P2PBenchConfig) -> None:
     print(
         f"\ncosts: t_target(1)={c['t_target_1_ms']:.2f} ms  t_target(γ+1)={c['t_target_gamma1_ms']:.2f} ms  "
         f"t_draft(1)={c['t_draft_1_ms']:.2f} ms; target torch threads {report['target_torch_threads']}, drafter "
-        f"processes OMP_NUM_THREADS={DRAFTER_ENV['OMP_NUM_THREADS']}; OMP_WAIT_POLICY {report['omp_wait_policy']}; "
+        f"processes OMP_NUM_THREADS={CHILD_ENV['OMP_NUM_THREADS']}; OMP_WAIT_POLICY {report['omp_wait_policy']}; "
         f"load average at start {report['load_average']}"
     )
     for t in report["temperatures"]:
@@ -429,7 +386,7 @@ def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
         "max_drafters": market.hostile.cfg.max_drafters,
         "hostile_strategies": list(HOSTILE),
         "slow_ms": SLOW_MS,
-        "drafter_env": DRAFTER_ENV,
+        "drafter_env": CHILD_ENV,
         "target_torch_threads": torch.get_num_threads(),
         "load_average": load,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset (spinning)"),
