@@ -150,6 +150,7 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> di
     target = partial(start_target, work, *chain_args, "--gamma", str(DEMO_GAMMA))
     cheat = ("--cheat", CHEAT)
     referee_args = ["referee", *chain_args_for_cli(chain_args), "--pool", str(work / "verdicts")]
+    step("starting 4 bonded targets and a referee process (each loads its models: about a minute on 2 cores)")
     spec, plain, cheat_spec, cheat_plain, _ = group.start_all(
         [
             partial(target, "--max-drafters", "4", name="target-spec"),
@@ -166,6 +167,7 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> di
         for i, (s, n) in enumerate(zip(DEMO_DRAFTERS, names, strict=True))
     ]
     starters.append(partial(start_drafter, work, cheat_spec.lines["multiaddr"][0], "honest", "drafter-for-cheat"))
+    step(f"starting {len(starters)} drafter peers")
     drafters = group.start_all(starters)
     _wait_drafters(spec.lines["http"][0], len(DEMO_DRAFTERS))
     _wait_drafters(cheat_spec.lines["http"][0], 1)
@@ -243,6 +245,7 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig) -> dict:
     paid = _withdraw_all(client, [dev_key(DEV_CHALLENGER), dev_key(DEV_TREASURY)])
     stats = answer["specmarket"]["stats"]
     return {
+        "receipt": answer["specmarket"]["receipt"],  # popped once the quiet re-timing has used it
         "operator": operator,
         "tokens": len(signed.output),
         "target_passes": stats["target_passes"],
@@ -270,25 +273,36 @@ def chain_args_for_cli(chain_args: list[str]) -> list[str]:
     return ["--rpc" if a == "--chain" else a for a in chain_args]
 
 
-def _measure_offchain(result: dict, model, tokenizer, cfg: NetDemoConfig) -> None:
-    """The challenger's re-execution of every answer, FLOPs per position, and the forgery row."""
+def _measure_offchain(result: dict, pair, cfg: NetDemoConfig) -> None:
+    """With every process stopped: the challenger's re-execution of every answer, FLOPs per
+    position, the forgery row, and the in-process γ sweep."""
     from node.forgery import measure_forgery
+    from node.gamma_sweep import local_sweep
     from node.trust import audit_all, forward_flops_per_position
     from verifier.params import SamplingParams
 
-    result["audits"] = {mode: audit_all(model, result["receipts"][mode]) for mode in MODES}
+    model, tokenizer = pair.target, pair.tokenizer
+    result["audits"] = audit_all(model, {mode: result["receipts"][mode] for mode in MODES})
+    cheats = audit_all(model, {mode: [e.pop("receipt")] for mode, e in result["cheating"]["episodes"].items()})
+    for mode, audit in cheats.items():  # re-timed here, quiet: the first was timed with every process up
+        episode = result["cheating"]["episodes"][mode]
+        episode["audit_seconds"] = audit["seconds"]
+        episode["audit_target_positions"] = audit["target_positions"]
+        episode["quiet_audit_first_wrong"] = audit["first_wrong"][0]
     result["target_flops_per_position"] = forward_flops_per_position(model)
     step(f"forgery row: {cfg.forgery_samples} seeds per rule")
     prompt = tokenizer.encode(cfg.prompts[0])
     params = SamplingParams(temperature=DEMO_TEMPERATURE)
     result["forgery"] = measure_forgery(model, tokenizer, prompt, params, cfg.forgery_samples).to_dict()
+    step("in-process drafter at γ = 1, 2, 4, 8 (measured points for S against γ)")
+    result["local_sweep"] = local_sweep(pair, cfg.prompts, cfg.max_tokens, DEMO_TEMPERATURE)
 
 
 def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     from node.chain.anvil import AnvilProcess, free_port
     from node.chain.client import BondClient, connect, deploy
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
-    from node.models import DEFAULT_TARGET, load_model_dir
+    from node.models import load_pair
 
     with AnvilProcess(free_port()) as anvil:
         w3 = connect(anvil.url)
@@ -300,14 +314,14 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
         step(f"anvil at {anvil.url}; SpecmarketBond at {deployment.address} (gas {tx.gas_used})")
         urls = _start_parties(group, work, ["--chain", anvil.url, "--deployments", str(work / "deployments")])
         result = _serve_and_compare(urls, cfg)
-        model, tokenizer = load_model_dir(DEFAULT_TARGET, "target")
+        pair = load_pair()
         step("cheating-operator episodes (with and without speculation)")
-        result["cheating"] = {"episodes": _cheating_episodes(urls, client, model, cfg)}
+        result["cheating"] = {"episodes": _cheating_episodes(urls, client, pair.target, cfg)}
         result["bond_config"] = {k: v for k, v in vars(config).items() if k != "treasury"}
         result["gas_price_wei"] = int(w3.eth.gas_price)
         result["deploy_gas"] = tx.gas_used
     step("re-executing every answer as a challenger would")
-    _measure_offchain(result, model, tokenizer, cfg)
+    _measure_offchain(result, pair, cfg)
     return result
 
 
@@ -319,6 +333,7 @@ def run_demo_net(cfg: NetDemoConfig) -> int:
     with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="specmarket_demo_") as tmp, ProcessGroup() as group:
         result = _run(cfg, Path(tmp), group)
         step("stopping every process")
+    step("every process stopped")
     result["setup"] = {
         "mode": "quick" if cfg.quick else "full",
         "prompts": list(cfg.prompts),

@@ -19,17 +19,27 @@ BAR_WIDTH = 0.27
 
 
 def plot_omega_convergence(
-    alphas: list[float], gamma: int, rounds: int, path: Path, measured_omega: float | None = None
+    alphas: list[float],
+    gamma: int,
+    rounds: int,
+    path: Path,
+    measured_omega: float | None = None,
+    measured_rounds: list[int] | None = None,
 ) -> Path:
-    """Running mean of simulated accepted lengths against Ω(α, γ); ``measured_omega`` (tokens per
-    target pass measured in a run) is drawn as a dotted line."""
+    """Running mean of simulated accepted lengths against Ω(α, γ). From a run: ``measured_rounds``
+    (tokens emitted per target pass, in order) as a running mean, ``measured_omega`` as a dotted line."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, alpha in enumerate(alphas):
         sim = simulate_rounds(alpha, gamma, rounds, seed=i)
         line = ax.plot(range(1, rounds + 1), sim.running_mean, label=f"simulated, α={alpha:.3g}")[0]
         ax.axhline(expected_tokens(alpha, gamma), color=line.get_color(), ls="--", lw=1)
+    if measured_rounds:
+        mean = np.cumsum(measured_rounds) / np.arange(1, len(measured_rounds) + 1)
+        ax.plot(range(1, len(mean) + 1), mean, color="black", lw=1.5, label="measured, in-process drafter")
     if measured_omega is not None:
-        ax.axhline(measured_omega, color="black", ls=":", lw=1.5, label=f"measured: {measured_omega:.2f} tokens/pass")
+        ax.axhline(
+            measured_omega, color="black", ls=":", lw=1.5, label=f"measured, p2p: {measured_omega:.2f} tokens/pass"
+        )
     ax.set_xscale("log")
     title = f"Empirical mean accepted length → Ω(α, γ={gamma}) (dashed)"
     return _finish(fig, ax, "round", "mean tokens per target pass", title, path)
@@ -116,3 +126,24 @@ def plot_with_without(rows: dict[str, dict], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plot_speedup_measured(fit: dict, local_points: list[dict], path: Path) -> Path:
+    """The p2p run's S(γ) = Ω(α, γ) / (γc + v) with its measured point, and the speed-ups measured
+    with the in-process drafter at several γ (same pair, prompts and seeds)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    alpha, cost, verify = fit["alpha"], fit["cost"], fit["verify_cost"]
+    curve = [speedup(alpha, g, cost, verify) for g in GAMMA_AXIS]
+    label = f"theory, p2p: α={alpha:.2f}, c={cost:.2f}, v={verify:.2f}"
+    line = ax.plot(list(GAMMA_AXIS), curve, marker=".", label=label)[0]
+    ax.plot([fit["gamma"]], [fit["speedup"]], "x", ms=11, mew=2.5, color=line.get_color(), label="measured, p2p")
+    if local_points:
+        gammas = [p["gamma"] for p in local_points]
+        ax.plot(gammas, [p["speedup"] for p in local_points], "s--", color="tab:green", label="measured, in-process")
+        for p in local_points:
+            ax.annotate(
+                f"α={p['alpha']:.2f}", (p["gamma"], p["speedup"]), fontsize=8, xytext=(4, 4), textcoords="offset points"
+            )
+    ax.axhline(1.0, color="grey", lw=0.8)
+    title = "Speed-up against γ (× and ■ measured in this run)"
+    return _finish(fig, ax, "γ (draft tokens per round)", "S = plain wall time / speculative", title, path)

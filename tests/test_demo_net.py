@@ -16,7 +16,7 @@ DEMO_TIMEOUT_S = 900
 INTERRUPT_AFTER_S = 3.0  # into the targets' start-up (imports and model loading take longer)
 STOP_WAIT_S = 60
 INTERRUPTED_EXIT = 130  # what `specmarket` returns on KeyboardInterrupt
-CALLDATA_GAS_SLACK = 200  # the two cheats' receipts differ only in signature/address bytes (4 vs 16 gas a byte)
+CALLDATA_GAS_SLACK = 400  # signatures and addresses differ per run: a zero byte costs 4 gas, others 16
 FORGED_FREQ = 0.99  # the textbook rule emits the lying drafter's token this often at least
 TV_NOISE_SLACK = 0.05  # GUMBEL's distance from the target stays within sampling noise (1000 seeds)
 MIN_PNG_BYTES = 5_000
@@ -49,6 +49,8 @@ def check_serving(result: dict) -> None:
     assert spec["target_passes"] < plain["target_passes"] and spec["draft_tokens_accepted"] > 0
     assert plain["draft_tokens_proposed"] == 0
     assert sum(d["accepted"] for d in result["drafters"]) == spec["draft_tokens_accepted"]
+    sweep = result["local_sweep"]
+    assert [p["gamma"] for p in sweep] == [1, 2, 4, 8] and all(p["identical"] for p in sweep)
     by_strategy = {d["name"]: d for d in result["drafters"]}
     assert all(d["accepted"] == 0 for name, d in by_strategy.items() if "honest" not in name)
     assert by_strategy["drafter3-garbage"]["errors"] >= 1
@@ -66,11 +68,13 @@ def check_trust_budget(result: dict) -> None:
         assert episode["challenger_paid_wei"] == reward + cfg.challenger_bond
         assert episode["treasury_paid_wei"] == cfg.slash_amount - reward
         assert episode["resolve_gas"] > 0 and episode["challenge_gas"] > 0
+        assert episode["quiet_audit_first_wrong"] == episode["first_wrong"]  # the re-timed audit agrees
     spec, plain = episodes["with_speculation"], episodes["without_speculation"]
     assert spec["draft_tokens_accepted"] > 0 and plain["draft_tokens_accepted"] == 0  # the cheat did speculate
     assert spec["first_wrong"] == plain["first_wrong"] == result["setup"]["max_tokens"] // 2
     assert spec["audit_target_positions"] == plain["audit_target_positions"]
-    assert spec["resolve_gas"] == plain["resolve_gas"]  # same storage state: credits withdrawn in between
+    # same storage state (credits withdrawn in between); calldata differs only in signature/address bytes
+    assert abs(spec["resolve_gas"] - plain["resolve_gas"]) <= CALLDATA_GAS_SLACK
     assert abs(spec["challenge_gas"] - plain["challenge_gas"]) <= CALLDATA_GAS_SLACK
     audits = result["audits"]
     assert audits["with_speculation"]["all_correct"] and audits["without_speculation"]["all_correct"]
