@@ -7,8 +7,8 @@
 3. every answer is re-executed the way a challenger would (the challenge's cost, with and without
    speculation);
 4. two cheating operators (`--cheat flip-token`), one speculating with an honest drafter peer and
-   one not: each answer is audited, challenged on chain, resolved by a referee process (a quorum
-   of referee keys), and the operator is slashed;
+   one not: each answer is audited, challenged on chain, resolved by two referee processes (one
+   key each, the contract's 2-of-3 quorum), and the operator is slashed;
 5. the forgery row (the textbook rule against GUMBEL with a lying drafter) and the report
    (report/README.md with PNGs, from node/report.py).
 
@@ -144,20 +144,43 @@ def _drafter_rows(http: str, drafters: dict[str, str], credits: dict[str, int]) 
     return rows
 
 
+def _referee_starters(work: Path, chain_args: list[str]) -> list[partial]:
+    """One `specmarket referee` process per key of a quorum (anvil dev referees; threshold of them),
+    sharing one verdict pool: a challenge resolves only when enough of them have signed."""
+    from node.chain.deployment import DEFAULT_THRESHOLD, DEV_REFEREES, dev_key
+
+    starters = []
+    for index in DEV_REFEREES[:DEFAULT_THRESHOLD]:
+        key_file = work / f"referee{index}.key"
+        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(dev_key(index).hex())  # anvil's public dev key: a demo secret only
+        args = [
+            "referee",
+            *chain_args_for_cli(chain_args),
+            "--key-file",
+            str(key_file),
+            "--pool",
+            str(work / "verdicts"),
+        ]
+        starters.append(partial(spawn, args, work / f"referee{index}.log", ("referee",), STARTUP_TIMEOUT_S))
+    return starters
+
+
 def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> dict:
-    """Four bonded targets (speculating, plain, and a cheating one of each) and a referee, then the
-    drafter peers: the four of the market, and one honest peer for the speculating cheat."""
+    """Four bonded targets (speculating, plain, and a cheating one of each) and a quorum of referee
+    processes, then the drafter peers: the four of the market, and one honest peer for the
+    speculating cheat."""
     target = partial(start_target, work, *chain_args, "--gamma", str(DEMO_GAMMA))
     cheat = ("--cheat", CHEAT)
-    referee_args = ["referee", *chain_args_for_cli(chain_args), "--pool", str(work / "verdicts")]
-    step("starting 4 bonded targets and a referee process (each loads its models: about a minute on 2 cores)")
-    spec, plain, cheat_spec, cheat_plain, _ = group.start_all(
+    referees = _referee_starters(work, chain_args)
+    step(f"starting 4 bonded targets and {len(referees)} referee processes (each loads its models: about a minute)")
+    spec, plain, cheat_spec, cheat_plain, *_ = group.start_all(
         [
             partial(target, "--max-drafters", "4", name="target-spec"),
             partial(target, "--max-drafters", "0", name="target-plain"),
             partial(target, "--max-drafters", "4", *cheat, name="target-cheat-spec"),
             partial(target, "--max-drafters", "0", *cheat, name="target-cheat-plain"),
-            partial(spawn, referee_args, work / "referee.log", ("referee",), STARTUP_TIMEOUT_S),
+            *referees,
         ]
     )
     names = [f"drafter{i}-{strategy}" for i, strategy in enumerate(DEMO_DRAFTERS)]
@@ -171,9 +194,7 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> di
     drafters = group.start_all(starters)
     _wait_drafters(spec.lines["http"][0], len(DEMO_DRAFTERS))
     _wait_drafters(cheat_spec.lines["http"][0], 1)
-    step(
-        f"4 bonded targets and a referee up; {len(DEMO_DRAFTERS)} drafter peers ({', '.join(DEMO_DRAFTERS)}) registered"
-    )
+    step(f"targets and referees up; {len(DEMO_DRAFTERS)} drafter peers ({', '.join(DEMO_DRAFTERS)}) registered")
     return {
         "spec": spec.lines["http"][0],
         "plain": plain.lines["http"][0],
@@ -225,7 +246,7 @@ def _withdraw_all(client, keys: list[str]) -> dict[str, int]:
 
 
 def _cheating_episode(http: str, client, model, cfg: NetDemoConfig) -> dict:
-    """One cheating answer: audited, challenged, resolved by the referee process, slashed; the
+    """One cheating answer: audited, challenged, resolved by the referee processes, slashed; the
     challenger and the treasury then withdraw what the slash credited them."""
     from node.chain.challenger import challenge_receipt
     from node.chain.client import ChallengeStatus
@@ -241,7 +262,7 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig) -> dict:
     report = challenge_receipt(client, dev_key(DEV_CHALLENGER), model, model_hash(DEFAULT_TARGET), signed)
     cid = report.challenge_id
     step(f"cheating operator {operator}: first wrong token at {report.audit.first_wrong}; challenge {cid} opened")
-    status = client.wait_closed(cid, VERDICT_TIMEOUT_S)  # the referee process resolves it
+    status = client.wait_closed(cid, VERDICT_TIMEOUT_S)  # the referee processes resolve it
     paid = _withdraw_all(client, [dev_key(DEV_CHALLENGER), dev_key(DEV_TREASURY)])
     stats = answer["specmarket"]["stats"]
     return {

@@ -182,6 +182,7 @@ def _trust_budget(result: dict, rows: dict[str, dict]) -> str:
             ("cheating answer: re-execution seconds", "audit_seconds", _seconds),
             ("gas: challenge", "challenge_gas", lambda v: f"{v:,}"),
             ("gas: resolution (referee quorum, at fault)", "resolve_gas", lambda v: f"{v:,}"),
+            ("referee signatures on the resolution (separate processes)", "referee_signatures", str),
             ("bond required (contract minimum)", "min_bond", _eth),
             ("bond posted by the operator", "bond_before_wei", _eth),
             ("slashed", "slashed_wei", _eth),

@@ -61,12 +61,19 @@ def tx_gas(client: BondClient, tx_hash: str) -> int:
 
 
 def resolution(client: BondClient, challenge_id: int) -> dict:
-    """The ChallengeResolved event of ``challenge_id`` and the gas its transaction used."""
+    """The ChallengeResolved event of ``challenge_id``, the gas of its transaction, and the referee
+    signatures that transaction carried."""
     matches = [e for e in client.events("ChallengeResolved") if e["id"] == challenge_id]
     if not matches:
-        return {"resolved": False, "slashed_wei": 0, "resolve_gas": 0}
+        return {"resolved": False, "slashed_wei": 0, "resolve_gas": 0, "referee_signatures": 0}
     event = matches[0]
-    return {"resolved": True, "slashed_wei": int(event["slashed"]), "resolve_gas": tx_gas(client, event["tx"])}
+    _, args = client.contract.decode_function_input(client.w3.eth.get_transaction(event["tx"])["input"])
+    return {
+        "resolved": True,
+        "slashed_wei": int(event["slashed"]),
+        "resolve_gas": tx_gas(client, event["tx"]),
+        "referee_signatures": len(args["sigs"]),
+    }
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from node.chain.deployment import BondConfig
+from node.chain.deployment import DEFAULT_THRESHOLD, BondConfig
 
 DEMO_TIMEOUT_S = 900
 INTERRUPT_AFTER_S = 3.0  # into the targets' start-up (imports and model loading take longer)
@@ -68,6 +68,7 @@ def check_trust_budget(result: dict) -> None:
         assert episode["challenger_paid_wei"] == reward + cfg.challenger_bond
         assert episode["treasury_paid_wei"] == cfg.slash_amount - reward
         assert episode["resolve_gas"] > 0 and episode["challenge_gas"] > 0
+        assert episode["referee_signatures"] == DEFAULT_THRESHOLD  # one from each referee process
         assert episode["quiet_audit_first_wrong"] == episode["first_wrong"]  # the re-timed audit agrees
     spec, plain = episodes["with_speculation"], episodes["without_speculation"]
     assert spec["draft_tokens_accepted"] > 0 and plain["draft_tokens_accepted"] == 0  # the cheat did speculate
