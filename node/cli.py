@@ -135,10 +135,10 @@ def _add_demo_net(sub) -> None:
         description=(
             "Start anvil (npm), deploy the bond contract, run a bonded target with two honest and two hostile "
             "drafter peers and a non-speculating bonded target, send the same prompts to both over the HTTP API, "
-            "re-execute every answer as a challenger would, then challenge a cheating operator's answer (one "
-            "speculating, one not) and let a referee process slash it; measure the forgery row and write the "
-            "report (README.md, PNGs, demo_net.json). Every process it starts is stopped at the end, on an "
-            "error or Ctrl-C too."
+            "re-execute every answer as a challenger would, then challenge two cheating operators' answers (one "
+            "speculating, one not), resolved by two referee processes (the 2-of-3 quorum) that slash them; "
+            "measure the forgery row and an in-process gamma sweep, and write the report (README.md, PNGs, "
+            "demo_net.json). Every process it starts is stopped at the end, on an error or Ctrl-C too."
         ),
     )
     p.add_argument("--max-new-tokens", type=_demo_tokens, default=48, help="tokens per prompt, 1-256 (default 48)")
