@@ -17,20 +17,28 @@ Every process it starts is stopped when it ends, on an error or Ctrl-C/SIGTERM t
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
 
-from node.procs import STARTUP_TIMEOUT_S, ProcessGroup, sigterm_unwinds, spawn, start_drafter, start_target
+from node.procs import (
+    STARTUP_TIMEOUT_S,
+    ProcessGroup,
+    complete,
+    http_json,
+    sigterm_unwinds,
+    spawn,
+    start_drafter,
+    start_target,
+    wait_for_drafters,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +56,6 @@ QUICK_PROMPTS = 2
 CHEAT = "flip-token"
 MODES = ("with_speculation", "without_speculation")
 VERDICT_TIMEOUT_S = 120.0
-HTTP_TIMEOUT_S = 300.0
 DRAFTERS_TIMEOUT_S = 60.0
 WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 8
 
@@ -71,32 +78,9 @@ def step(message: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def _get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
-
-
-def _complete(http: str, prompt: str, seed: int, max_tokens: int) -> dict:
-    body = {"prompt": prompt, "seed": seed, "max_tokens": max_tokens, "temperature": DEMO_TEMPERATURE}
-    req = urllib.request.Request(
-        f"{http}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
-        return json.loads(resp.read())
-
-
-def _wait_drafters(http: str, n: int, timeout_s: float = DRAFTERS_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if len(_get_json(f"{http}/health").get("drafters", {})) >= n:
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"the target at {http} did not see {n} drafters within {timeout_s:.0f} s")
-
-
 def _ask_all(http: str, cfg: NetDemoConfig, label: str) -> list[dict]:
     return [
-        _complete(http, prompt, seed, cfg.max_tokens)
+        complete(http, prompt, seed=seed, max_tokens=cfg.max_tokens, temperature=DEMO_TEMPERATURE)
         for seed, prompt in enumerate(tqdm(cfg.prompts, desc=label, unit="prompt", file=sys.stderr))
     ]
 
@@ -121,7 +105,7 @@ def _mode_row(answers: list[dict]) -> dict:
 
 def _drafter_rows(http: str, drafters: dict[str, str], credits: dict[str, int]) -> list[dict]:
     """Per drafter peer (name -> multiaddr): what the target's market recorded about it."""
-    stats = _get_json(f"{http}/health")["drafters"]
+    stats = http_json(f"{http}/health")["drafters"]
     rows = []
     for name, addr in drafters.items():
         peer = addr.rsplit("/", 1)[-1]
@@ -192,8 +176,8 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> di
     starters.append(partial(start_drafter, work, cheat_spec.lines["multiaddr"][0], "honest", "drafter-for-cheat"))
     step(f"starting {len(starters)} drafter peers")
     drafters = group.start_all(starters)
-    _wait_drafters(spec.lines["http"][0], len(DEMO_DRAFTERS))
-    _wait_drafters(cheat_spec.lines["http"][0], 1)
+    wait_for_drafters(spec.lines["http"][0], len(DEMO_DRAFTERS), DRAFTERS_TIMEOUT_S)
+    wait_for_drafters(cheat_spec.lines["http"][0], 1, DRAFTERS_TIMEOUT_S)
     step(f"targets and referees up; {len(DEMO_DRAFTERS)} drafter peers ({', '.join(DEMO_DRAFTERS)}) registered")
     return {
         "spec": spec.lines["http"][0],
@@ -208,7 +192,7 @@ def _warm_up(urls: dict) -> None:
     """One short request per serving target, not counted: the first job of a target opens its drafter
     sessions and fills its caches (the report says so)."""
     for key in ("spec", "plain"):
-        _complete(urls[key], WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS)
+        complete(urls[key], WARM_UP_PROMPT, seed=WARM_UP_SEED, max_tokens=WARM_UP_TOKENS, temperature=DEMO_TEMPERATURE)
 
 
 def _serve_and_compare(urls: dict, cfg: NetDemoConfig) -> dict:
@@ -255,7 +239,7 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig) -> dict:
     from node.models import DEFAULT_TARGET, model_hash
     from node.trust import resolution
 
-    answer = _complete(http, cfg.prompts[0], 0, cfg.max_tokens)
+    answer = complete(http, cfg.prompts[0], seed=0, max_tokens=cfg.max_tokens, temperature=DEMO_TEMPERATURE)
     signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
     operator = signed.receipt.operator
     bond_before = client.operator_info(operator).bond

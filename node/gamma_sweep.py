@@ -47,7 +47,8 @@ def _run(pair: ModelPair, base: GenerateConfig, prompts: Sequence[str], **change
     }
 
 
-def _alpha(omega: float, gamma: int) -> float:
+def measured_alpha(omega: float, gamma: int) -> float:
+    """The i.i.d. acceptance rate that explains a measured Ω at γ (0 for a run without passes)."""
     try:
         return alpha_from_omega(min(omega, gamma + 1.0), gamma)
     except InvalidParams:
@@ -80,7 +81,7 @@ def local_sweep(
     return [
         {
             "gamma": g,
-            "alpha": round(_alpha(run["tokens"] / run["target_passes"], g), 4),
+            "alpha": round(measured_alpha(run["tokens"] / run["target_passes"], g), 4),
             "omega": round(run["tokens"] / run["target_passes"], 4),
             "speedup": round(plain["wall_seconds"] / run["wall_seconds"], 4),
             "identical": run["outputs"] == plain["outputs"],

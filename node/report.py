@@ -11,10 +11,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from node.gamma_sweep import measured_alpha
 from node.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup_measured, plot_with_without
 from node.trust import BondSizing
-from verifier.errors import InvalidParams
-from verifier.theory import alpha_from_omega, speedup
+from verifier.theory import speedup
 
 MODES = ("with_speculation", "without_speculation")
 MODE_TITLES = {"with_speculation": "with speculation", "without_speculation": "without speculation"}
@@ -56,10 +56,7 @@ def speculation_fit(result: dict, rows: dict[str, dict]) -> dict:
     Departure: the paper takes v = 1; over the network and on a CPU a wider pass costs more."""
     spec, plain, gamma = rows["with_speculation"], rows["without_speculation"], result["setup"]["gamma"]
     omega = spec["tokens"] / spec["target_passes"]
-    try:
-        alpha = alpha_from_omega(min(omega, gamma + 1.0), gamma)
-    except InvalidParams:  # fewer tokens than passes cannot happen; an empty run can
-        alpha = 0.0
+    alpha = measured_alpha(omega, gamma)
     plain_pass_s = plain["wall_seconds"] / plain["target_passes"]
     wait_per_round = spec["draft_wait_seconds"] / spec["draft_rounds"] if spec["draft_rounds"] else 0.0
     verify_s = (spec["wall_seconds"] - spec["draft_wait_seconds"]) / spec["target_passes"]
