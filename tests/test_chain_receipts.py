@@ -8,6 +8,7 @@ signed for another chain or contract must not verify.
 from __future__ import annotations
 
 import random
+import threading
 from dataclasses import replace
 
 import pytest
@@ -173,6 +174,33 @@ def test_ensure_bonded_registers_once_and_tops_up_after_a_slash(chain, tmp_path)
     topped = operator.ensure_bonded()
     assert topped.topped_up == cfg.slash_amount and topped.bond == cfg.min_bond
     assert chain.client.operator_info(operator.address).active
+
+
+CONCURRENT_OPERATORS = 8  # more than the networked demo's four targets bonding at once
+
+
+def test_ensure_bonded_many_operators_funded_from_one_account_at_once(chain, tmp_path):
+    """Several target nodes starting together all fund their new keys from anvil's account 0: their
+    transfers race for the same nonce. Every one must still end up funded and bonded (before the
+    fix about half of them died with "nonce too low")."""
+    bonded, errors = [], []
+
+    def start_operator() -> None:
+        try:
+            bonded.append(new_operator(chain, tmp_path)[0])
+        except Exception as exc:  # collected and asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start_operator) for _ in range(CONCURRENT_OPERATORS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == [] and len(bonded) == CONCURRENT_OPERATORS
+    min_bond = chain.client.config().min_bond
+    for operator in bonded:
+        info = chain.client.operator_info(operator.address)
+        assert info.active and info.bond == min_bond
 
 
 def test_receipt_json_round_trip_and_rejects_malformed(chain, tmp_path):

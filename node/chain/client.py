@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from eth_abi import decode as abi_decode
 from eth_account import Account
 from eth_utils import function_abi_to_4byte_selector, to_checksum_address
 from web3 import HTTPProvider, Web3
-from web3.exceptions import ContractCustomError, ContractLogicError, Web3Exception
+from web3.exceptions import ContractCustomError, ContractLogicError, Web3Exception, Web3RPCError
 from web3.logs import DISCARD
 
 from node.chain import ChainError
@@ -30,6 +31,10 @@ RPC_TIMEOUT_S = 30.0
 TX_TIMEOUT_S = 60.0
 WAIT_POLL_S = 0.5
 GAS_MARGIN_PCT = 120  # gas limit = estimate + 20%; what a call really used is in TxResult.gas_used
+TRANSFER_GAS = 21_000
+NONCE_ATTEMPTS = 8  # sends of one transaction when other processes share the sender's account
+NONCE_RETRY_PAUSE_S = 0.1  # the random pause before attempt k is at most k times this
+NONCE_RACE_MARKERS = ("nonce too low", "replacement transaction underpriced")
 
 
 class ChainRevert(ChainError):
@@ -237,14 +242,45 @@ def _tuple_type(abi_input: dict) -> str:
     return "(" + ",".join(c["type"] for c in abi_input["components"]) + ")"
 
 
+def transfer(w3: Web3, key: bytes | str, to: str, value: int) -> TxResult:
+    """Send ``value`` wei from ``key``'s account to ``to``; wait for it to be mined."""
+    sender = Account.from_key(key)
+    tx = {
+        "to": to_checksum_address(to),
+        "value": value,
+        "gas": TRANSFER_GAS,
+        "gasPrice": w3.eth.gas_price,
+        "nonce": w3.eth.get_transaction_count(sender.address, "pending"),
+        "chainId": int(w3.eth.chain_id),
+    }
+    return _send_signed(w3, sender, tx, "transfer")
+
+
 def _send_signed(w3: Web3, sender, tx: dict, action: str) -> TxResult:
-    signed = sender.sign_transaction(tx)
-    tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
+    """Sign, send, wait. When another process sent from the same account between our nonce read and
+    our send (several target nodes funded from anvil's account 0 at once), the node answers "nonce
+    too low" or "replacement transaction underpriced" and nothing was sent: re-read the nonce and
+    send again, a few times, after a short random pause."""
+    for attempt in range(1, NONCE_ATTEMPTS + 1):
+        try:
+            tx_hash = w3.eth.send_raw_transaction(sender.sign_transaction(tx).raw_transaction)
+            break
+        except Web3RPCError as exc:
+            if attempt == NONCE_ATTEMPTS or not _nonce_race(exc):
+                raise ChainError(f"{action}: the node refused the transaction: {exc}") from None
+            log.debug("%s: nonce %d was taken (%s); retrying", action, tx["nonce"], exc)
+            time.sleep(random.uniform(0.0, NONCE_RETRY_PAUSE_S * attempt))
+            tx = {**tx, "nonce": w3.eth.get_transaction_count(sender.address, "pending")}
     receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=TX_TIMEOUT_S)
     if receipt["status"] != 1:
         raise ChainError(f"{action}: transaction {tx_hash.to_0x_hex()} failed on chain")
     log.debug("%s mined in block %d, gas %d", action, receipt["blockNumber"], receipt["gasUsed"])
     return TxResult(tx_hash.to_0x_hex(), int(receipt["gasUsed"]), int(receipt["blockNumber"]), tuple(receipt["logs"]))
+
+
+def _nonce_race(exc: Web3RPCError) -> bool:
+    message = str(exc).lower()
+    return any(marker in message for marker in NONCE_RACE_MARKERS)
 
 
 def deploy(

@@ -22,7 +22,7 @@ from eth_account import Account
 
 from node.chain import ChainError
 from node.chain.cheat import Cheat
-from node.chain.client import BondClient
+from node.chain.client import BondClient, transfer
 from node.chain.deployment import DEV_DEPLOYER, ETHER, dev_key, require_dev_chain
 from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
 
@@ -151,16 +151,7 @@ class Operator:
             raise ChainError(
                 f"operator {self.address} has {balance} wei; it needs {needed} wei on chain {chain_id}"
             ) from None
-        funder = Account.from_key(dev_key(DEV_DEPLOYER))
-        tx = {
-            "to": self.address,
-            "value": needed - balance + GAS_RESERVE_WEI,
-            "gas": 21_000,
-            "gasPrice": w3.eth.gas_price,
-            "nonce": w3.eth.get_transaction_count(funder.address, "pending"),
-            "chainId": chain_id,
-        }
-        w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(funder.sign_transaction(tx).raw_transaction))
+        transfer(w3, dev_key(DEV_DEPLOYER), self.address, needed - balance + GAS_RESERVE_WEI)
 
     def lookup(self, request: RequestSpec) -> SignedReceipt | None:
         return self.store.get(request.hash())
