@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,18 +77,37 @@ def spawn(
     node = NodeProcess(proc, log_path)
     if group is not None:
         group.add(node)
+    lines = _stdout_lines(proc)
     deadline = time.monotonic() + timeout_s
-    assert proc.stdout is not None
     while not all(k in node.lines for k in expect):
-        line = proc.stdout.readline()
-        if not line:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            node.kill()
+            raise ProcessFailed(f"{args[0]} did not start within {timeout_s:.0f} s:\n{node.log()[-3000:]}") from None
+        if line is None:
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(STOP_TIMEOUT_S)  # stdout closed: it is exiting; show its exit code
             raise ProcessFailed(f"{args[0]} exited ({proc.poll()}) before starting:\n{node.log()[-3000:]}")
         key, _, value = line.strip().partition(": ")
         node.lines.setdefault(key, []).append(value)
-        if time.monotonic() > deadline:
-            node.kill()
-            raise ProcessFailed(f"{args[0]} did not start within {timeout_s:.0f} s")
     return node
+
+
+def _stdout_lines(proc: subprocess.Popen) -> queue.Queue[str | None]:
+    """The child's stdout, line by line, then None at EOF, read by a daemon thread for the child's
+    whole life: the start-up wait can time out on a silent child, and a chatty child never blocks
+    on a full pipe."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, name=f"stdout-{proc.pid}", daemon=True).start()
+    return lines
 
 
 def start_target(workdir: Path, *extra: str, name: str = "target", group: ProcessGroup | None = None) -> NodeProcess:
