@@ -254,9 +254,14 @@ def _cmd_referee(args: argparse.Namespace) -> int:
     referee = Referee(client, keys, model, model_hash(args.target_model), pool)
 
     def report(outcome) -> None:
+        if args.json:
+            print(f"outcome: {json.dumps(outcome.to_json())}", flush=True)
+            return
         verdict = {True: "operator at fault", False: "operator cleared", None: "cannot judge (other model)"}
         done = "resolved on chain" if outcome.resolved else f"{outcome.signatures} signature(s), no quorum yet"
-        print(f"challenge {outcome.challenge_id}: {verdict[outcome.operator_at_fault]}; {done}", flush=True)
+        positions, seconds = outcome.target_positions, outcome.seconds
+        cost = f" (re-executed {positions} target positions in {seconds:.3f} s)" if positions else ""
+        print(f"challenge {outcome.challenge_id}: {verdict[outcome.operator_at_fault]}; {done}{cost}", flush=True)
 
     if args.once:
         for outcome in referee.run_once():
@@ -363,6 +368,12 @@ def _add_referee(sub) -> None:
     p.add_argument("--pool", type=Path, help="verdict pool shared by referee processes (default in the data dir)")
     p.add_argument("--poll-s", type=float, default=1.0, help="seconds between looks at the chain (default 1)")
     p.add_argument("--once", action="store_true", help="handle the challenges open now, then exit")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print each outcome as one line 'outcome: {...}' (challenge_id, operator_at_fault, signatures, "
+        "resolved, gas_used, target_positions and seconds of the re-executed step)",
+    )
     p.set_defaults(func=_cmd_referee)
 
 

@@ -17,6 +17,7 @@ Every process it starts is stopped when it ends, on an error or Ctrl-C/SIGTERM t
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -30,6 +31,8 @@ from tqdm import tqdm
 
 from node.procs import (
     STARTUP_TIMEOUT_S,
+    NodeProcess,
+    ProcessFailed,
     ProcessGroup,
     complete,
     http_json,
@@ -56,6 +59,7 @@ QUICK_PROMPTS = 2
 CHEAT = "flip-token"
 MODES = ("with_speculation", "without_speculation")
 VERDICT_TIMEOUT_S = 120.0
+REFEREE_OUTCOME_TIMEOUT_S = 30.0  # a resolved challenge: each referee has printed its outcome by now
 DRAFTERS_TIMEOUT_S = 60.0
 WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 8
 
@@ -145,6 +149,7 @@ def _referee_starters(work: Path, chain_args: list[str]) -> list[partial]:
             str(key_file),
             "--pool",
             str(work / "verdicts"),
+            "--json",  # one 'outcome: {...}' line per verdict, with the cost of its re-execution
         ]
         starters.append(partial(spawn, args, work / f"referee{index}.log", ("referee",), STARTUP_TIMEOUT_S))
     return starters
@@ -153,12 +158,13 @@ def _referee_starters(work: Path, chain_args: list[str]) -> list[partial]:
 def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> dict:
     """Four bonded targets (speculating, plain, and a cheating one of each) and a quorum of referee
     processes, then the drafter peers: the four of the market, and one honest peer for the
-    speculating cheat."""
+    speculating cheat. Returns the targets' HTTP URLs, the drafters' multiaddrs and the referee
+    processes."""
     target = partial(start_target, work, *chain_args, "--gamma", str(DEMO_GAMMA))
     cheat = ("--cheat", CHEAT)
     referees = _referee_starters(work, chain_args)
     step(f"starting 4 bonded targets and {len(referees)} referee processes (each loads its models: about a minute)")
-    spec, plain, cheat_spec, cheat_plain, *_ = group.start_all(
+    spec, plain, cheat_spec, cheat_plain, *referee_nodes = group.start_all(
         [
             partial(target, "--max-drafters", "4", name="target-spec"),
             partial(target, "--max-drafters", "0", name="target-plain"),
@@ -185,6 +191,7 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> di
         "cheat_with_speculation": cheat_spec.lines["http"][0],
         "cheat_without_speculation": cheat_plain.lines["http"][0],
         "drafters": {n: d.lines["multiaddr"][0] for n, d in zip(names, drafters, strict=False)},
+        "referees": referee_nodes,  # their outcome lines say what each re-executed
     }
 
 
@@ -229,7 +236,23 @@ def _withdraw_all(client, keys: list[str]) -> dict[str, int]:
     return paid
 
 
-def _cheating_episode(http: str, client, model, cfg: NetDemoConfig) -> dict:
+def _referee_work(referees: list[NodeProcess], cid: int) -> list[dict]:
+    """What each referee process re-executed to judge challenge ``cid`` (from its outcome lines):
+    only the disputed step, prompt + the output before it, in one pass."""
+
+    def outcomes(lines: dict[str, list[str]]) -> list[dict]:
+        return [o for o in map(json.loads, lines.get("outcome", [])) if o["challenge_id"] == cid]
+
+    work = []
+    for referee in referees:
+        if not referee.wait_until(lambda lines: bool(outcomes(lines)), REFEREE_OUTCOME_TIMEOUT_S):
+            raise ProcessFailed(f"a referee printed no outcome for challenge {cid}:\n{referee.log()[-3000:]}")
+        first = outcomes(referee.lines)[0]
+        work.append({"target_positions": first["target_positions"], "seconds": first["seconds"]})
+    return work
+
+
+def _cheating_episode(http: str, client, model, cfg: NetDemoConfig, referees: list[NodeProcess]) -> dict:
     """One cheating answer: audited, challenged, resolved by the referee processes, slashed; the
     challenger and the treasury then withdraw what the slash credited them."""
     from node.chain.challenger import challenge_receipt
@@ -260,6 +283,7 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig) -> dict:
         "challenge_gas": report.gas_used,
         "audit_target_positions": report.audit.target_positions,
         "audit_seconds": round(report.audit.seconds, 4),
+        "referee_work": _referee_work(referees, cid),
         "at_fault": status is ChallengeStatus.OPERATOR_AT_FAULT,
         **resolution(client, cid),
         "bond_before_wei": bond_before,
@@ -270,7 +294,7 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig) -> dict:
 
 
 def _cheating_episodes(urls: dict, client, model, cfg: NetDemoConfig) -> dict:
-    return {mode: _cheating_episode(urls[f"cheat_{mode}"], client, model, cfg) for mode in MODES}
+    return {mode: _cheating_episode(urls[f"cheat_{mode}"], client, model, cfg, urls["referees"]) for mode in MODES}
 
 
 def chain_args_for_cli(chain_args: list[str]) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -39,12 +38,50 @@ class ProcessFailed(SpecmarketError):
 
 @dataclass
 class NodeProcess:
+    """A child ``specmarket`` process. Its stdout lines ``key: value`` are collected into ``lines``
+    by a daemon thread for the child's whole life (so a chatty child never blocks on a full pipe)."""
+
     proc: subprocess.Popen
     log_path: Path
     lines: dict[str, list[str]] = field(default_factory=dict)
+    _changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _stdout_closed: bool = False
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start_reading(self) -> None:
+        threading.Thread(target=self._pump, name=f"stdout-{self.proc.pid}", daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        try:
+            for line in self.proc.stdout:
+                key, _, value = line.strip().partition(": ")
+                with self._changed:
+                    self.lines.setdefault(key, []).append(value)
+                    self._changed.notify_all()
+        finally:
+            with self._changed:
+                self._stdout_closed = True
+                self._changed.notify_all()
+
+    def wait_until(self, ready: Callable[[dict[str, list[str]]], bool], timeout_s: float) -> bool:
+        """Until ``ready(lines)`` holds (True), or the child closed its stdout or ``timeout_s``
+        passed without it (False; ``exited()`` tells which)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: ready(self.lines) or self._stdout_closed, timeout_s) and ready(
+                self.lines
+            )
+
+    def exited(self) -> bool:
+        """The child closed its stdout (it is exiting); its exit code is then in ``proc``."""
+        with self._changed:
+            closed = self._stdout_closed
+        if closed:
+            with suppress(subprocess.TimeoutExpired):
+                self.proc.wait(STOP_TIMEOUT_S)
+        return closed
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
@@ -77,37 +114,13 @@ def spawn(
     node = NodeProcess(proc, log_path)
     if group is not None:
         group.add(node)
-    lines = _stdout_lines(proc)
-    deadline = time.monotonic() + timeout_s
-    while not all(k in node.lines for k in expect):
-        try:
-            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            node.kill()
-            raise ProcessFailed(f"{args[0]} did not start within {timeout_s:.0f} s:\n{node.log()[-3000:]}") from None
-        if line is None:
-            with suppress(subprocess.TimeoutExpired):
-                proc.wait(STOP_TIMEOUT_S)  # stdout closed: it is exiting; show its exit code
-            raise ProcessFailed(f"{args[0]} exited ({proc.poll()}) before starting:\n{node.log()[-3000:]}")
-        key, _, value = line.strip().partition(": ")
-        node.lines.setdefault(key, []).append(value)
-    return node
-
-
-def _stdout_lines(proc: subprocess.Popen) -> queue.Queue[str | None]:
-    """The child's stdout, line by line, then None at EOF, read by a daemon thread for the child's
-    whole life: the start-up wait can time out on a silent child, and a chatty child never blocks
-    on a full pipe."""
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, name=f"stdout-{proc.pid}", daemon=True).start()
-    return lines
+    node.start_reading()
+    if node.wait_until(lambda lines: all(k in lines for k in expect), timeout_s):
+        return node
+    if node.exited():
+        raise ProcessFailed(f"{args[0]} exited ({proc.poll()}) before starting:\n{node.log()[-3000:]}")
+    node.kill()
+    raise ProcessFailed(f"{args[0]} did not start within {timeout_s:.0f} s:\n{node.log()[-3000:]}")
 
 
 def start_target(workdir: Path, *extra: str, name: str = "target", group: ProcessGroup | None = None) -> NodeProcess:

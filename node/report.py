@@ -24,9 +24,10 @@ OMEGA_ROUNDS = 2000  # simulated rounds in the Ω-convergence plot
 ETH = 10**18
 TRUST_NOTES = (
     "Re-execution is the challenger's audit: plain decoding replayed on the answer's own tokens in one "
-    "teacher-forced pass (timed after a warm-up, fastest of 3). The referees re-execute the disputed step "
-    "again before they sign. Gas differs by a few units at most: calldata bytes of signatures and "
-    "addresses cost 4 gas when zero, 16 otherwise."
+    "teacher-forced pass (timed after a warm-up, fastest of 3). Each referee process re-executes only the "
+    "disputed step (the prompt and the output before it, one pass) before it signs, and reports its own "
+    "positions and seconds (timed while every process was up). Gas differs by a few units at most: "
+    "calldata bytes of signatures and addresses cost 4 gas when zero, 16 otherwise."
 )
 DRAFTER_COLUMNS = ("name", "strategy", "proposed", "matched", "accepted", "late", "timeouts", "errors")
 
@@ -163,6 +164,8 @@ def _trust_budget(result: dict, rows: dict[str, dict]) -> str:
             "audit_all_seconds": audits[m]["seconds"],
             "audit_ok": "yes" if audits[m]["all_correct"] else "**NO**",
             **episodes[m],
+            "referee_positions": ", ".join(str(w["target_positions"]) for w in episodes[m]["referee_work"]),
+            "referee_seconds": ", ".join(_seconds(w["seconds"]) for w in episodes[m]["referee_work"]),
             "min_bond": cfg["min_bond"],
         }
         for m in MODES
@@ -177,6 +180,8 @@ def _trust_budget(result: dict, rows: dict[str, dict]) -> str:
             ("cheating answer: first wrong token", "first_wrong", str),
             ("cheating answer: re-execution positions", "audit_target_positions", str),
             ("cheating answer: re-execution seconds", "audit_seconds", _seconds),
+            ("referees' re-execution of the disputed step: positions (each referee)", "referee_positions", str),
+            ("… seconds (each referee)", "referee_seconds", str),
             ("gas: challenge", "challenge_gas", lambda v: f"{v:,}"),
             ("gas: resolution (referee quorum, at fault)", "resolve_gas", lambda v: f"{v:,}"),
             ("referee signatures on the resolution (separate processes)", "referee_signatures", str),

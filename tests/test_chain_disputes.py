@@ -124,7 +124,8 @@ def test_flip_token_operator_is_challenged_resolved_and_slashed(chain, tmp_path)
     challenger = dev_address(DEV_CHALLENGER)
     credits_before = chain.client.credits(challenger)
     printed = run_script("referee", "--once", "--pool", str(tmp_path / "pool"), *chain.cli_args()).stdout
-    assert f"challenge {cid}: operator at fault; resolved on chain" in printed
+    step = len(signed.request.prompt) + out["first_wrong"]  # the referee re-executes only the disputed step
+    assert f"challenge {cid}: operator at fault; resolved on chain (re-executed {step} target positions in" in printed
     assert_slashed(chain, cid, operator, challenger, credits_before)
 
 
@@ -158,6 +159,8 @@ def test_draft_model_operator_is_slashed_by_a_quorum_of_separate_referees(chain,
     assert alone.operator_at_fault and alone.signatures == 1 and not alone.resolved  # 1 of 2: no quorum
     (quorum,) = second.run_once()
     assert quorum.operator_at_fault and quorum.signatures == 2 and quorum.resolved
+    step = len(signed.request.prompt) + report.audit.first_wrong  # prompt + the output before the disputed token
+    assert alone.target_positions == quorum.target_positions == step and alone.seconds > 0 and quorum.seconds > 0
     assert_slashed(chain, report.challenge_id, signed.receipt.operator, challenger, credits_before)
 
 

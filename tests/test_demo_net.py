@@ -70,10 +70,15 @@ def check_trust_budget(result: dict) -> None:
         assert episode["resolve_gas"] > 0 and episode["challenge_gas"] > 0
         assert episode["referee_signatures"] == DEFAULT_THRESHOLD  # one from each referee process
         assert episode["quiet_audit_first_wrong"] == episode["first_wrong"]  # the re-timed audit agrees
+        work = episode["referee_work"]  # each referee process re-executed the disputed step itself
+        assert len(work) == DEFAULT_THRESHOLD and all(w["seconds"] > 0 for w in work)
+        assert all(episode["first_wrong"] < w["target_positions"] < episode["audit_target_positions"] for w in work)
     spec, plain = episodes["with_speculation"], episodes["without_speculation"]
     assert spec["draft_tokens_accepted"] > 0 and plain["draft_tokens_accepted"] == 0  # the cheat did speculate
     assert spec["first_wrong"] == plain["first_wrong"] == result["setup"]["max_tokens"] // 2
     assert spec["audit_target_positions"] == plain["audit_target_positions"]
+    referee_positions = {m: [w["target_positions"] for w in e["referee_work"]] for m, e in episodes.items()}
+    assert referee_positions["with_speculation"] == referee_positions["without_speculation"]
     # same storage state (credits withdrawn in between); calldata differs only in signature/address bytes
     assert abs(spec["resolve_gas"] - plain["resolve_gas"]) <= CALLDATA_GAS_SLACK
     assert abs(spec["challenge_gas"] - plain["challenge_gas"]) <= CALLDATA_GAS_SLACK
@@ -98,6 +103,9 @@ def check_report(out, result: dict) -> None:
     assert f"| target positions scored | {spec['target_positions']} | {plain['target_positions']} |" in report
     gas = result["cheating"]["episodes"]["with_speculation"]["challenge_gas"]
     assert f"| gas: challenge | {gas:,} |" in report
+    work = result["cheating"]["episodes"]["without_speculation"]["referee_work"]
+    shown = ", ".join(str(w["target_positions"]) for w in work)
+    assert f"| referees' re-execution of the disputed step: positions (each referee) | {shown} | {shown} |" in report
     assert "--quick" in report and "(identical)" in report
 
 

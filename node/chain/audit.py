@@ -83,9 +83,18 @@ def _margin(logits: np.ndarray, params: SamplingParams, seed: int, k: int, token
     return float(scores.max() - scores[token])
 
 
+@dataclass(frozen=True)
+class Judgement:
+    """A referee's verdict on one disputed token and what re-executing that step cost."""
+
+    at_fault: bool  # the disputed token is outside the band: the operator is at fault
+    target_positions: int  # positions the target scored (prompt + the output before the position)
+    seconds: float
+
+
 def judge_step(
     model: HFCausalLM, prompt: Sequence[int], output: Sequence[int], position: int, params: SamplingParams, seed: int
-) -> bool:
+) -> Judgement:
     """A referee's verdict on one disputed token: is output[position] outside the band (operator at fault)?
 
     Only that step is re-executed: the target scores prompt + output[:position] and the last row
@@ -97,7 +106,9 @@ def judge_step(
     _fits(model, context)
     token = int(output[position])
     if not 0 <= token < model.vocab_size:
-        return True  # the target can never emit an id outside its vocabulary
+        return Judgement(True, 0, 0.0)  # the target can never emit an id outside its vocabulary
+    started = time.perf_counter()
     model.reset()
     logits = model.extend(context)[-1]
-    return not within_tolerance(logits, params, seed, position, token)
+    at_fault = not within_tolerance(logits, params, seed, position, token)
+    return Judgement(at_fault, len(context), time.perf_counter() - started)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eth_account import Account
 
 from node.chain import ChainError
-from node.chain.audit import judge_step
+from node.chain.audit import Judgement, judge_step
 from node.chain.client import BondClient, ChainRevert, ChallengeStatus
 from node.chain.receipts import MICROS, sign_verdict, verdict_signable
 from node.models import HFCausalLM
@@ -36,6 +36,11 @@ class Outcome:
     signatures: int  # valid verdict signatures seen for that verdict (own + pool)
     resolved: bool  # this call submitted the resolving transaction
     gas_used: int = 0
+    target_positions: int = 0  # what this referee's re-execution of the disputed step scored
+    seconds: float = 0.0  # ... and how long it took
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 
 class VerdictPool:
@@ -88,13 +93,13 @@ class Referee:
         self.model_hash = model_hash
         self.pool = VerdictPool(pool, client)
         self.from_block = 0
-        self._verdicts: dict[int, bool | None] = {}  # challenge id -> our verdict (None: cannot judge)
+        self._verdicts: dict[int, Judgement | None] = {}  # challenge id -> our verdict (None: cannot judge)
 
     def open_challenges(self) -> list[dict]:
         events = self.client.events("ChallengeOpened", from_block=self.from_block)
         return [e for e in events if self.client.challenge_status(e["id"]) is ChallengeStatus.OPEN]
 
-    def _judge(self, event: dict) -> bool | None:
+    def _judge(self, event: dict) -> Judgement | None:
         cid = int(event["id"])
         if cid not in self._verdicts:
             if bytes(event["modelHash"]) != self.model_hash:
@@ -115,9 +120,11 @@ class Referee:
     def handle(self, event: dict) -> Outcome:
         """Judge one open challenge, add our signatures to the pool, resolve when a quorum exists."""
         cid = int(event["id"])
-        at_fault = self._judge(event)
-        if at_fault is None:
+        judgement = self._judge(event)
+        if judgement is None:
             return Outcome(cid, None, 0, False)
+        at_fault = judgement.at_fault
+        cost = {"target_positions": judgement.target_positions, "seconds": round(judgement.seconds, 4)}
         referees = set(self.client.referees())
         for address, key in self._keys.items():
             if address in referees:
@@ -125,16 +132,16 @@ class Referee:
         sigs = self.pool.collect(cid, at_fault, referees)
         if len(sigs) < self.client.threshold():
             log.info("challenge %d: %d verdict signature(s) so far, waiting for a quorum", cid, len(sigs))
-            return Outcome(cid, at_fault, len(sigs), False)
+            return Outcome(cid, at_fault, len(sigs), False, **cost)
         try:
             tx = self.client.resolve(next(iter(self._keys.values())), cid, at_fault, sigs)
         except ChainRevert as exc:
             if exc.name != "ChallengeNotOpen":
                 raise
             log.info("challenge %d was resolved by someone else", cid)
-            return Outcome(cid, at_fault, len(sigs), False)
+            return Outcome(cid, at_fault, len(sigs), False, **cost)
         log.info("challenge %d resolved: operator %s (gas %d)", cid, "at fault" if at_fault else "cleared", tx.gas_used)
-        return Outcome(cid, at_fault, len(sigs), True, tx.gas_used)
+        return Outcome(cid, at_fault, len(sigs), True, tx.gas_used, **cost)
 
     def run_once(self) -> list[Outcome]:
         return [self.handle(event) for event in self.open_challenges()]
