@@ -29,7 +29,7 @@ from node.chain.deployment import (
     parse_ether,
     require_dev_chain,
 )
-from node.cli_market import default_data_dir
+from node.cli_market import default_data_dir, freeze_startup_heap
 from node.models import DEFAULT_TARGET
 
 log = logging.getLogger("specmarket")
@@ -249,9 +249,11 @@ def _cmd_referee(args: argparse.Namespace) -> int:
 
     client = _client(args)
     keys = _role_keys(args.key_file, client.domain.chain_id, DEV_REFEREES, "referee")
-    model, _ = load_model_dir(args.target_model, "target")
+    model, tokenizer = load_model_dir(args.target_model, "target")
+    model.fork().extend([tokenizer.eos_token_id])  # warm up: the first forward pass is slow, not a verdict's cost
     pool = args.pool or default_data_dir("referee") / "verdicts"
     referee = Referee(client, keys, model, model_hash(args.target_model), pool)
+    freeze_startup_heap()
 
     def report(outcome) -> None:
         if args.json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -63,6 +64,16 @@ def _node_logging(verbose: bool) -> None:
     logging.getLogger("libp2p.discovery.rendezvous.service").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
 
 
+def freeze_startup_heap() -> None:
+    """Call once a long-running process has loaded its models: move the ~500k objects that torch,
+    transformers and libp2p leave behind into the collector's permanent generation (``gc.freeze``,
+    Python 3.7+). Full collections then skip them, which removes ~0.5 s pauses while serving and
+    makes interpreter shutdown fast: without it every target, drafter and referee spent 2-10 s
+    garbage-collecting at exit (measured with py-spy on this 2-core box, 10 s with 11 processes)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve_until_signalled(run, announce, request_stop=None) -> None:
     """Run ``run`` until SIGINT/SIGTERM; ``announce(info)`` prints where it serves. On a signal,
     ``request_stop()`` (if given) gets GRACE_S to wind down before everything is cancelled."""
@@ -74,7 +85,9 @@ async def _serve_until_signalled(run, announce, request_stop=None) -> None:
                 await run(task_status=task_status)
                 done.set()
 
-            announce(await nursery.start(serve))
+            info = await nursery.start(serve)
+            freeze_startup_heap()
+            announce(info)
             async for signum in signals:
                 log.info("received %s; shutting down", signal.Signals(signum).name)
                 if request_stop is not None:

@@ -349,7 +349,9 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
         result["bond_config"] = {k: v for k, v in vars(config).items() if k != "treasury"}
         result["gas_price_wei"] = int(w3.eth.gas_price)
         result["deploy_gas"] = tx.gas_used
-    step("re-executing every answer as a challenger would")
+        step("stopping every process (before anvil, so no referee loses its chain)")
+        group.stop_all()
+    step("every process stopped; re-executing every answer as a challenger would")
     _measure_offchain(result, pair, cfg)
     return result
 
@@ -361,8 +363,6 @@ def run_demo_net(cfg: NetDemoConfig) -> int:
     started = time.perf_counter()
     with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="specmarket_demo_") as tmp, ProcessGroup() as group:
         result = _run(cfg, Path(tmp), group)
-        step("stopping every process")
-    step("every process stopped")
     result["setup"] = {
         "mode": "quick" if cfg.quick else "full",
         "prompts": list(cfg.prompts),

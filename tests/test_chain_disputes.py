@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -31,6 +33,7 @@ SCRIPTS_TIMEOUT_S = 180
 PROMPT = "def parse_args(argv):"
 MAX_TOKENS = 16
 AT_FAULT, CLEARED = 2, 3  # SpecmarketBond.ChallengeStatus
+WATCH_POLL_S = 0.1
 NEAR_TIE_SEARCH = 20_000  # seeds tried to find a near-tie at position 0 (expected ~2,000 at T = 100)
 
 
@@ -215,3 +218,22 @@ def test_challenger_refuses_a_receipt_for_another_deployment(chain, pair, commit
     signed.check()  # a valid receipt, in its own domain
     with pytest.raises(ReceiptError, match="signed for contract"):
         challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed)
+
+
+def test_referee_watch_survives_its_chain_going_away(pair, committed_hash, tmp_path, caplog):
+    """A referee whose RPC endpoint disappears (anvil stopped, node restarting) logs each failed
+    round and keeps watching; it used to die with a requests ConnectionError traceback."""
+    from chainutil import deployed_chain
+
+    stop = threading.Event()
+    with deployed_chain(tmp_path / "deployments") as chain:
+        referee = Referee(chain.client, [dev_key(DEV_REFEREES[0])], pair.target, committed_hash, tmp_path / "pool")
+        watcher = threading.Thread(target=referee.watch, args=(stop, WATCH_POLL_S), daemon=True)
+        watcher.start()
+        time.sleep(3 * WATCH_POLL_S)  # a few good rounds first
+    time.sleep(5 * WATCH_POLL_S)  # anvil is gone now
+    assert watcher.is_alive()
+    stop.set()
+    watcher.join(timeout=10)
+    assert not watcher.is_alive()
+    assert any("referee round failed" in r.getMessage() for r in caplog.records)

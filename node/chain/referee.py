@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eth_account import Account
+from web3.exceptions import Web3Exception
 
 from node.chain import ChainError
 from node.chain.audit import Judgement, judge_step
@@ -152,7 +153,8 @@ class Referee:
         while not stop.is_set():
             try:
                 outcomes = self.run_once()
-            except ChainError as exc:  # the chain went away or a transaction failed: say so, retry
+            except (ChainError, OSError, Web3Exception) as exc:  # the chain went away (requests' errors are
+                # OSErrors) or a transaction failed: say so, retry
                 log.warning("referee round failed: %s", exc)
                 outcomes = []
             for outcome in outcomes:
