@@ -331,6 +331,7 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     from node.chain.anvil import AnvilProcess, free_port
     from node.chain.client import BondClient, connect, deploy
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
+    from node.cli_market import freeze_startup_heap
     from node.models import load_pair
 
     with AnvilProcess(free_port()) as anvil:
@@ -344,6 +345,7 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
         urls = _start_parties(group, work, ["--chain", anvil.url, "--deployments", str(work / "deployments")])
         result = _serve_and_compare(urls, cfg)
         pair = load_pair()
+        freeze_startup_heap()  # no ~0.5 s collections of torch's heap inside the timed re-executions and sweep
         step("cheating-operator episodes (with and without speculation)")
         result["cheating"] = {"episodes": _cheating_episodes(urls, client, pair.target, cfg)}
         result["bond_config"] = {k: v for k, v in vars(config).items() if k != "treasury"}
