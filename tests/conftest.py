@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from node.models import load_pair
-from node.trio_thread import TrioThread
+from node.lab.trio_thread import TrioThread
 
 torch.set_num_threads(2)
 

@@ -3,7 +3,7 @@ node/procs.py, shared with the networked demo and the benchmark)."""
 
 from __future__ import annotations
 
-from node.procs import (  # noqa: F401  (re-exported)
+from node.lab.procs import (  # noqa: F401  (re-exported)
     SPECMARKET,
     NodeProcess,
     complete,

@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP API, end to end: real model, real Engine, real hypercorn, real clients.
 
 The server's trio loop runs in a background thread (the official ``openai`` sync client blocks), and
-every answer is compared token for token with the local reference decoder (``node.generate``).
+every answer is compared token for token with the local reference decoder (``node.decoding``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import openai
 import pytest
 import trio
 
-from node.client_http import ClientError, TargetHTTPError, TargetUnreachable, stream_completion
-from node.engine import Engine
-from node.generate import GenerateConfig, generate
-from node.http_api import build_app, serve_http
+from node.client.http import ClientError, TargetHTTPError, TargetUnreachable, stream_completion
+from node.target.engine import Engine
+from node.decoding import GenerateConfig, generate
+from node.target.http_api import build_app, serve_http
 from verifier.params import SamplingParams
 
 MODEL = "specmarket-target"
@@ -425,7 +425,7 @@ def test_client_disconnect_cancels_the_job(servers):
     assert after["tokens_generated"] == before["tokens_generated"]
 
 
-# --- node.client_http ----------------------------------------------------------------------------
+# --- node.client.http ----------------------------------------------------------------------------
 
 
 def test_client_http_stream_completion(servers, reference, pair):

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from node.generate import build_proposer, encode_prompt
+from node.decoding import build_proposer, encode_prompt
 from verifier.decode import decode_plain, decode_speculative
 from verifier.model import score
 from verifier.params import SamplingParams

@@ -20,9 +20,9 @@ from libp2p.exceptions import BaseLibp2pError
 from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
 from libp2p.utils.varint import encode_uvarint
 
-from node.drafter import DrafterConfig, DrafterNode
-from node.generate import GenerateConfig, generate
-from node.trio_thread import TrioThread
+from node.drafter.peer import DrafterConfig, DrafterNode
+from node.decoding import GenerateConfig, generate
+from node.lab.trio_thread import TrioThread
 from p2p.framing import FrameStream
 from p2p.host import make_host, parse_listen, parse_peer_addr
 from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, TO_TARGET, Draft, Open
@@ -202,7 +202,7 @@ def test_malformed_frames_never_crash_the_drafter(portal, attacker, lone_drafter
 
 
 def test_drafter_still_drafts_and_logs_after_malformed_frames(portal, attacker, lone_drafter, caplog):
-    caplog.set_level(logging.INFO, logger="node.drafter")
+    caplog.set_level(logging.INFO, logger="node.drafter.peer")
     peer = lone_drafter.addrs[0]
     vocab = lone_drafter.node.model.vocab_size
 

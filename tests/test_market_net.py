@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from node.generate import GenerateConfig, generate
+from node.decoding import GenerateConfig, generate
 from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_target, wait_for_drafters
 
 PROMPTS = ["def parse(self, text):\n", "import os\n\n", "class Cache:\n    def __init__("]

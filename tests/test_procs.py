@@ -1,4 +1,4 @@
-"""node.procs.spawn: the start-up wait has a deadline, and a child that dies says how."""
+"""node.lab.procs.spawn: the start-up wait has a deadline, and a child that dies says how."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from node import procs
+from node.lab import procs
 
 SILENT_CHILD = "import time; print('booting: 1', flush=True); time.sleep(60)"
 DYING_CHILD = "import sys; print('booting: 1', flush=True); sys.stderr.write('bad config\\n'); sys.exit(3)"

@@ -17,7 +17,7 @@ from libp2p.utils.varint import decode_varint_with_size
 from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
-from node.drafting import DraftingConfig, MarketDrafting
+from node.target.market import DraftingConfig, MarketDrafting
 from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
 from p2p.messages import DRAFT_PROTOCOL_ID, MAX_FRAME_BYTES, TO_TARGET, Draft, InvalidMessage, decode
 from tests.hostile_frames import DRAFT_BODY, frames_for

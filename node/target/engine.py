@@ -22,7 +22,7 @@ import trio
 
 from node.chain.cheat import Cheat
 from node.chain.receipts import RequestSpec, SignedReceipt
-from node.generate import check_fits, encode_prompt
+from node.decoding import check_fits, encode_prompt
 from node.models import ModelPair
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode_plain, decode_speculative
 from verifier.errors import InvalidParams

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from node.procs import (
+from node.lab.procs import (
     STARTUP_TIMEOUT_S,
     NodeProcess,
     ProcessFailed,
@@ -260,7 +260,7 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig, referees: li
     from node.chain.deployment import DEV_CHALLENGER, DEV_TREASURY, dev_address, dev_key
     from node.chain.receipts import SignedReceipt
     from node.models import DEFAULT_TARGET, model_hash
-    from node.trust import resolution
+    from node.lab.trust import resolution
 
     answer = complete(http, cfg.prompts[0], seed=0, max_tokens=cfg.max_tokens, temperature=DEMO_TEMPERATURE)
     signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
@@ -305,9 +305,9 @@ def chain_args_for_cli(chain_args: list[str]) -> list[str]:
 def _measure_offchain(result: dict, pair, cfg: NetDemoConfig) -> None:
     """With every process stopped: the challenger's re-execution of every answer, FLOPs per
     position, the forgery row, and the in-process γ sweep."""
-    from node.forgery import measure_forgery
-    from node.gamma_sweep import local_sweep
-    from node.trust import audit_all, forward_flops_per_position
+    from node.lab.forgery import measure_forgery
+    from node.lab.gamma_sweep import local_sweep
+    from node.lab.trust import audit_all, forward_flops_per_position
     from verifier.params import SamplingParams
 
     model, tokenizer = pair.target, pair.tokenizer
@@ -331,7 +331,7 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     from node.chain.anvil import AnvilProcess, free_port
     from node.chain.client import BondClient, connect, deploy
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
-    from node.cli_market import freeze_startup_heap
+    from node.cli.market import freeze_startup_heap
     from node.models import load_pair
 
     with AnvilProcess(free_port()) as anvil:
@@ -359,7 +359,7 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
 
 
 def run_demo_net(cfg: NetDemoConfig) -> int:
-    from node.report import print_summary, run_ok, write_report
+    from node.lab.report import print_summary, run_ok, write_report
 
     cfg = cfg.effective()
     started = time.perf_counter()

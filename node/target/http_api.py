@@ -2,7 +2,7 @@
 
 Routes: ``POST /v1/completions`` (plain JSON or a server-sent-event stream), ``GET /v1/models``,
 ``GET /health`` and ``GET /metrics`` (Prometheus text). Parsing and response shapes live in
-``node.http_schema``; this module does the I/O: bounded body reading, routing, streaming, and
+``node.target.http_schema``; this module does the I/O: bounded body reading, routing, streaming, and
 cancelling a job whose client went away. It runs on trio because the target's libp2p host shares
 the event loop.
 """
@@ -22,8 +22,8 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from node.engine import CompletionRequest, CompletionResult, Engine
-from node.http_schema import (
+from node.target.engine import CompletionRequest, CompletionResult, Engine
+from node.target.http_schema import (
     MAX_BODY_BYTES,
     HttpError,
     chunk_object,

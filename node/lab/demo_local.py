@@ -13,9 +13,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from node.generate import GenerateConfig, generate
+from node.decoding import GenerateConfig, generate
 from node.models import load_pair
-from node.plots import write_theory_plots
+from node.lab.plots import write_theory_plots
 from verifier.params import SamplingParams
 from verifier.verify import Rule
 

@@ -15,10 +15,10 @@ import trio
 
 from node.chain.cheat import Cheat
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR
-from node.config import resolve
-from node.generate import DEFAULT_GAMMA
+from node.cli.options import resolve
+from node.decoding import DEFAULT_GAMMA
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET
-from node.strategies import DEFAULT_SLOW_MS, STRATEGIES
+from node.drafter.strategies import DEFAULT_SLOW_MS, STRATEGIES
 
 log = logging.getLogger("specmarket")
 
@@ -154,7 +154,7 @@ def _operator_config(o: dict, data_dir: Path):
 
 
 def _cmd_target(args: argparse.Namespace) -> int:
-    from node.target import TargetConfig, TargetNode
+    from node.target.node import TargetConfig, TargetNode
 
     _node_logging(args.verbose)
     o = resolve(args, "target", TARGET_DEFAULTS)
@@ -209,7 +209,7 @@ def _add_drafter(sub) -> None:
 def _cmd_drafter(args: argparse.Namespace) -> int:
     import torch
 
-    from node.drafter import DrafterConfig, DrafterNode
+    from node.drafter.peer import DrafterConfig, DrafterNode
     from verifier.errors import InvalidParams
 
     _node_logging(args.verbose)
@@ -265,7 +265,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
             sys.stdout.flush()
 
     if args.target.startswith(("http://", "https://")):
-        from node.client_http import stream_completion
+        from node.client.http import stream_completion
 
         summary = stream_completion(
             args.target,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from node.generate import encode_prompt
+from node.decoding import encode_prompt
 from node.models import ModelPair, load_pair
 from verifier.decode import DecodeResult, DecodeStats, decode_plain, decode_speculative
 from verifier.params import SamplingParams, token_probs

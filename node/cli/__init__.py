@@ -8,10 +8,10 @@ import logging
 import sys
 from pathlib import Path
 
-from node.cli_chain import add_chain_commands
-from node.cli_market import add_market_commands
-from node.config import resolve
-from node.generate import DEFAULT_GAMMA, DRAFTERS, GenerateConfig, generate
+from node.cli.chain import add_chain_commands
+from node.cli.market import add_market_commands
+from node.cli.options import resolve
+from node.decoding import DEFAULT_GAMMA, DRAFTERS, GenerateConfig, generate
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from verifier.errors import SpecmarketError
 from verifier.params import SamplingParams
@@ -108,7 +108,7 @@ def _add_theory(sub) -> None:
 
 
 def _cmd_theory(args: argparse.Namespace) -> int:
-    from node.plots import write_theory_plots
+    from node.lab.plots import write_theory_plots
 
     for path in write_theory_plots(args.alpha, args.cost, args.gamma, args.rounds, args.out, args.measured):
         print(path)
@@ -123,7 +123,7 @@ def _add_demo(sub) -> None:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from node.demo_local import run_demo
+    from node.lab.demo_local import run_demo
 
     return run_demo(args.max_new_tokens, args.out)
 
@@ -157,13 +157,13 @@ def _demo_tokens(text: str) -> int:
 
 
 def _cmd_demo_net(args: argparse.Namespace) -> int:
-    from node.demo_net import NetDemoConfig, run_demo_net
+    from node.lab.demo_net import NetDemoConfig, run_demo_net
 
     return run_demo_net(NetDemoConfig(out=args.out, max_tokens=args.max_new_tokens, quick=args.quick))
 
 
 def _add_bench(sub) -> None:
-    from node.bench_local import BenchConfig
+    from node.lab.bench_local import BenchConfig
 
     p = sub.add_parser(
         "bench-local",
@@ -179,7 +179,7 @@ def _add_bench(sub) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from node.bench_local import BenchConfig, run_bench
+    from node.lab.bench_local import BenchConfig, run_bench
 
     run_bench(BenchConfig(args.max_new_tokens, args.gamma, tuple(args.temperatures), args.repeats, args.out))
     return 0

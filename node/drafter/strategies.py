@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from node.generate import LYING_WANTED_TEXT
+from node.decoding import LYING_WANTED_TEXT
 from p2p.messages import MAX_FRAME_BYTES
 from verifier.decode import Proposer
 from verifier.model import LanguageModel

@@ -20,7 +20,7 @@ from libp2p.exceptions import BaseLibp2pError
 from libp2p.utils.varint import encode_uvarint
 
 from node.models import DEFAULT_DRAFT, HFCausalLM, load_model_dir, tokenizer_fingerprint
-from node.strategies import STRATEGIES, Behaviour, garbage_frames, make_behaviour, make_proposer
+from node.drafter.strategies import STRATEGIES, Behaviour, garbage_frames, make_behaviour, make_proposer
 from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamFailed
 from p2p.host import DEFAULT_LISTEN, parse_peer_addr, peer_addrs, running_host

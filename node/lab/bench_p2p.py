@@ -27,18 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from node.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, measure_costs
-from node.engine import CompletionRequest, Engine
-from node.generate import encode_prompt
+from node.lab.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, measure_costs
+from node.target.engine import CompletionRequest, Engine
+from node.decoding import encode_prompt
 from node.models import HFCausalLM, ModelPair, load_pair
-from node.procs import CHILD_ENV, ProcessGroup, sigterm_unwinds, start_drafter
-from node.trio_thread import TrioThread
+from node.lab.procs import CHILD_ENV, ProcessGroup, sigterm_unwinds, start_drafter
+from node.lab.trio_thread import TrioThread
 from verifier.params import SamplingParams
 from verifier.proposal import Proposal
 from verifier.proposers import LocalDraftProposer
 
 if TYPE_CHECKING:
-    from node.target import TargetNode
+    from node.target.node import TargetNode
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class Market:
 
 
 def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_dir: Path) -> TargetNode:
-    from node.target import TargetConfig, TargetNode  # the libp2p and HTTP stacks, only when benchmarking
+    from node.target.node import TargetConfig, TargetNode  # the libp2p and HTTP stacks, only when benchmarking
 
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)  # its ERRORs about hostile peers are expected here
     tcfg = TargetConfig(http="127.0.0.1:0", data_dir=data_dir, gamma=cfg.gamma, draft_deadline_ms=cfg.draft_deadline_ms)

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import torch
 
-from node.generate import GenerateConfig, encode_prompt, run_decode
+from node.decoding import GenerateConfig, encode_prompt, run_decode
 from node.models import ModelPair
 from verifier.decode import DecodeResult
 from verifier.errors import InvalidParams

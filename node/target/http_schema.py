@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-from node.engine import CompletionRequest, CompletionResult
+from node.target.engine import CompletionRequest, CompletionResult
 from verifier.errors import ContextTooLong, InvalidParams, SpecmarketError
 
 MAX_BODY_BYTES = 1 << 20

@@ -29,7 +29,7 @@ from node.chain.deployment import (
     parse_ether,
     require_dev_chain,
 )
-from node.cli_market import default_data_dir, freeze_startup_heap
+from node.cli.market import default_data_dir, freeze_startup_heap
 from node.models import DEFAULT_TARGET
 
 log = logging.getLogger("specmarket")

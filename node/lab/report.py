@@ -1,6 +1,6 @@
 """The demo's report: report/README.md, its PNGs and demo_net.json, from one run's measurements.
 
-Every number in the report is computed here from what `node.demo_net` measured in that run; the
+Every number in the report is computed here from what `node.lab.demo_net` measured in that run; the
 only inputs that are not measured are the two named assumptions of the bond sizing
 (``PRICE_WEI_PER_TOKEN``, ``AUDIT_RATE``), printed next to the result.
 """
@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from node.gamma_sweep import measured_alpha
-from node.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup_measured, plot_with_without
-from node.trust import BondSizing
+from node.lab.gamma_sweep import measured_alpha
+from node.lab.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup_measured, plot_with_without
+from node.lab.trust import BondSizing
 from verifier.theory import speedup
 
 MODES = ("with_speculation", "without_speculation")

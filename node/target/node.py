@@ -18,10 +18,10 @@ from market.policy import Policy, PolicyConfig
 from market.registry import Registry
 from node.chain.cheat import Cheat
 from node.chain.operator import Operator, OperatorConfig, open_operator
-from node.drafting import DraftingConfig, MarketDrafting
-from node.engine import CompletionRequest, Engine
-from node.generate import DEFAULT_GAMMA
-from node.http_api import build_app, serve_http
+from node.target.market import DraftingConfig, MarketDrafting
+from node.target.engine import CompletionRequest, Engine
+from node.decoding import DEFAULT_GAMMA
+from node.target.http_api import build_app, serve_http
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, load_pair
 from p2p.discovery import RendezvousPoint, drafter_namespace
 from p2p.framing import FrameStream, StreamFailed
