@@ -38,6 +38,7 @@ from market.registry import DrafterStats, MarketError, Registry
 log = logging.getLogger(__name__)
 
 LATENCY_EXPONENT = 4  # sharpness of the soft latency deadline in ``score``
+DEFAULT_DEADLINE_MS = 100.0  # the per-round draft deadline of a target that does not set one
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class PolicyConfig:
     max_consecutive_failures: int = 2  # this many timeouts/errors in a row bench the drafter
     bench_base_s: float = 30.0  # length of the first bench; each further bench doubles it...
     bench_max_s: float = 600.0  # ...up to this cap
-    latency_budget_ms: float = 100.0  # per-round draft deadline the target uses
+    latency_budget_ms: float = DEFAULT_DEADLINE_MS  # per-round draft deadline the target uses
     explore_match_rate: float = 1.0  # optimistic match rate used to rank unjudged drafters (1.0: try them first)
 
     def __post_init__(self) -> None:

@@ -1,4 +1,9 @@
-"""`specmarket generate`: local plain or speculative decoding with a chosen proposer."""
+"""Local decoding on a model pair: prompt encoding, the context-window check, the built-in
+drafters, and `generate` (plain or speculative decoding in this process, as `specmarket generate`).
+
+The target node's engine, the benchmarks and the γ sweep use the same pieces, so the local
+reference decoder and the served answers cannot drift apart.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, load_pair
-from verifier.decode import DecodeResult, Proposer, decode_plain, decode_speculative
+from verifier.decode import DecodeResult, Proposer, decode
 from verifier.errors import ContextTooLong, InvalidParams
 from verifier.params import SamplingParams
-from verifier.proposers import AdversarialProposer, GarbageProposer, LocalDraftProposer, LyingProposer, RandomProposer
+from verifier.proposal import DEFAULT_GAMMA
+from verifier.proposers import PROPOSERS, build_proposer
 from verifier.verify import Rule
 
-DRAFTERS = ("none", "local", "random", "adversarial", "lying", "garbage")
-DEFAULT_GAMMA = 4
+DRAFTERS = ("none", *PROPOSERS)  # who drafts for `generate`; none = plain decoding
 LYING_WANTED_TEXT = "!"  # the token the lying drafter tries to force into every answer
 
 
@@ -25,7 +30,7 @@ class GenerateConfig:
     max_new_tokens: int = 64
     params: SamplingParams = field(default_factory=SamplingParams)
     gamma: int = DEFAULT_GAMMA
-    drafter: str = "local"
+    drafter: str = "honest"
     rule: Rule = Rule.GUMBEL
     target_model: Path = DEFAULT_TARGET
     draft_model: Path = DEFAULT_DRAFT
@@ -53,38 +58,35 @@ def lying_wanted_token(tokenizer) -> int:
     return tokenizer.encode(LYING_WANTED_TEXT)[0]
 
 
-def build_proposer(name: str, pair: ModelPair, rng_seed: int = 0) -> Proposer | None:
-    vocab = pair.target.vocab_size
+def pair_proposer(name: str, pair: ModelPair, rng_seed: int = 0) -> Proposer | None:
+    """The drafter ``name`` of DRAFTERS for local decoding on ``pair`` (None for plain decoding).
+    The adversarial drafter ranks with the target's own weights (a fork: its own cache)."""
     if name == "none":
         return None
-    if name == "local":
-        if pair.draft is None:
-            raise InvalidParams("--drafter local needs a draft model")
-        return LocalDraftProposer(pair.draft)
-    if name == "random":
-        return RandomProposer(vocab, rng_seed)
-    if name == "adversarial":
-        return AdversarialProposer(pair.target.fork())  # ranks with the target's weights, own cache
-    if name == "lying":
-        return LyingProposer(vocab, lying_wanted_token(pair.tokenizer))
-    if name == "garbage":
-        return GarbageProposer(vocab)
-    raise InvalidParams(f"unknown drafter {name!r}")
+    ranker = pair.target.fork() if name == "adversarial" else None
+    vocab, lying = pair.target.vocab_size, lying_wanted_token(pair.tokenizer)
+    return build_proposer(name, pair.draft, vocab_size=vocab, lying_token=lying, rng_seed=rng_seed, ranker=ranker)
 
 
 def run_decode(pair: ModelPair, cfg: GenerateConfig, prompt_ids: list[int], on_token=None) -> DecodeResult:
-    proposer = build_proposer(cfg.drafter, pair)
-    common = dict(params=cfg.params, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens, on_token=on_token)
-    if proposer is None:
-        return decode_plain(pair.target, prompt_ids, **common)
-    return decode_speculative(pair.target, proposer, prompt_ids, gamma=cfg.gamma, rule=cfg.rule, **common)
+    proposer = pair_proposer(cfg.drafter, pair)
+    return decode(
+        pair.target,
+        proposer,
+        prompt_ids,
+        params=cfg.params,
+        seed=cfg.seed,
+        max_new_tokens=cfg.max_new_tokens,
+        gamma=cfg.gamma,
+        rule=cfg.rule,
+        on_token=on_token,
+    )
 
 
 def generate(cfg: GenerateConfig, pair: ModelPair | None = None, on_text=None) -> dict:
     """Run one generation and return the JSON-ready result (tokens, text, stats)."""
     if pair is None:
-        need_draft = cfg.drafter == "local"
-        pair = load_pair(cfg.target_model, cfg.draft_model if need_draft else None)
+        pair = load_pair(cfg.target_model, cfg.draft_model if cfg.drafter == "honest" else None)
     pair.target.reset()
     if pair.draft is not None:
         pair.draft.reset()

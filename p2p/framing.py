@@ -15,8 +15,9 @@ from libp2p.exceptions import BaseLibp2pError
 from libp2p.io.exceptions import MessageTooLarge
 from libp2p.io.msgio import VarIntLengthMsgReadWriter
 
-from p2p.messages import MAX_FRAME_BYTES, MAX_GAMMA, InvalidMessage, Message, decode, encode
+from p2p.messages import MAX_FRAME_BYTES, InvalidMessage, Message, decode, encode
 from verifier.errors import SpecmarketError
+from verifier.proposal import MAX_GAMMA
 
 log = logging.getLogger(__name__)
 

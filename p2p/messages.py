@@ -20,14 +20,14 @@ from typing import Any
 import msgpack
 
 from verifier.errors import SpecmarketError
+from verifier.noise import MAX_SEED
+from verifier.proposal import MAX_GAMMA
 
 DRAFT_PROTOCOL_ID = "/specmarket/draft/1.0.0"
 GENERATE_PROTOCOL_ID = "/specmarket/generate/1.0.0"
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile
 MAX_CONTEXT_TOKENS = 8192
 MAX_JOB_ID_BYTES = 64
-MAX_GAMMA = 16  # same bound as verifier.proposal.MAX_GAMMA
-MAX_SEED = (1 << 64) - 1
 MAX_PROMPT_BYTES = 64 * 1024
 MAX_TEXT_BYTES = 64 * 1024
 MAX_NEW_TOKENS = 4096

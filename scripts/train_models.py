@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Train the shipped tokenizer, target and distilled draft (resumable). See `--help`."""
+"""Train the shipped tokenizer, target and distilled draft (resumable) = `specmarket train`. See `--help`."""
 
-from node.training.cli import main
+import sys
+
+from node.cli import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(["train", *sys.argv[1:]]))

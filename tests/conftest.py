@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from node.models import load_pair
 from node.lab.trio_thread import TrioThread
+from node.models import load_pair
 
 torch.set_num_threads(2)
 

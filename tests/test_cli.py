@@ -37,14 +37,14 @@ def test_console_script_generate_json():
     result = json.loads(out.stdout)
     assert len(result["tokens"]) == 8 and isinstance(result["text"], str)
     assert set(result["stats"]) >= JSON_STATS
-    assert result["seed"] == 0 and result["rule"] == "gumbel" and result["drafter"] == "local"
+    assert result["seed"] == 0 and result["rule"] == "gumbel" and result["drafter"] == "honest"
 
 
 def test_drafters_do_not_change_the_json_output(capsys):
     base = ["--prompt", "def f(x):\n    ", "--max-new-tokens", "16", "--seed", "5", "--temperature", "0.8"]
     plain = _run_json(capsys, *base, "--drafter", "none")
     assert plain["stats"]["draft_tokens_proposed"] == 0 and plain["stats"]["target_passes"] == 16
-    for drafter in ("local", "random", "adversarial", "lying"):
+    for drafter in ("honest", "random", "adversarial", "lying"):
         spec = _run_json(capsys, *base, "--drafter", drafter, "--gamma", "3")
         assert spec["tokens"] == plain["tokens"], drafter
         assert spec["stats"]["draft_tokens_proposed"] > 0

@@ -25,8 +25,8 @@ import pytest
 import trio
 
 from node.client.http import ClientError, TargetHTTPError, TargetUnreachable, stream_completion
-from node.target.engine import Engine
 from node.decoding import GenerateConfig, generate
+from node.target.engine import Engine
 from node.target.http_api import build_app, serve_http
 from verifier.params import SamplingParams
 

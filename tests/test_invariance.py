@@ -1,6 +1,6 @@
 """Draft invariance: GUMBEL speculative output == plain decoding output, for every proposer.
 
-20 prompts x {local, random, adversarial, lying, garbage} x T in {0, 0.8, 1.0}, same seed.
+20 prompts x {honest, random, adversarial, lying, garbage} x T in {0, 0.8, 1.0}, same seed.
 A mismatch is only tolerated where plain decoding's top-two noisy scores nearly tie (margin below
 TOLERANCE_DELTA, DESIGN §4); every such flip is reported with its margin, never hidden.
 """
@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from node.decoding import build_proposer, encode_prompt
+from node.decoding import encode_prompt, pair_proposer
 from verifier.decode import decode_plain, decode_speculative
 from verifier.model import score
 from verifier.params import SamplingParams
@@ -39,7 +39,7 @@ PROMPTS = [
     "    while True:\n        line = ",
     "if __name__ == '__main__':\n    ",
 ]
-PROPOSERS = ["local", "random", "adversarial", "lying", "garbage"]
+PROPOSERS = ["honest", "random", "adversarial", "lying", "garbage"]
 TEMPERATURES = [0.0, 0.8, 1.0]
 MAX_NEW = 20
 GAMMA = 4
@@ -59,7 +59,7 @@ def test_speculative_output_equals_plain_output(pair):
             plain = decode_plain(pair.target, ids, params=params, seed=seed, max_new_tokens=MAX_NEW).tokens
             for name in PROPOSERS:
                 runs += 1
-                proposer = build_proposer(name, pair, rng_seed=seed)
+                proposer = pair_proposer(name, pair, rng_seed=seed)
                 spec = decode_speculative(
                     pair.target, proposer, ids, params=params, seed=seed, max_new_tokens=MAX_NEW, gamma=GAMMA
                 ).tokens
@@ -83,7 +83,7 @@ def test_invariance_across_gamma_and_top_k_top_p(pair, gamma):
     ids = encode_prompt(pair.tokenizer, PROMPTS[2])
     plain = decode_plain(pair.target, ids, params=params, seed=123, max_new_tokens=30).tokens
     spec = decode_speculative(
-        pair.target, build_proposer("local", pair), ids, params=params, seed=123, max_new_tokens=30, gamma=gamma
+        pair.target, pair_proposer("honest", pair), ids, params=params, seed=123, max_new_tokens=30, gamma=gamma
     )
     assert spec.tokens == plain
     assert spec.stats.target_passes < 30  # the honest draft actually saved target passes

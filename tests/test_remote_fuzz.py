@@ -1,7 +1,7 @@
 """The target's side of the draft protocol under hypothesis-generated hostile drafts.
 
 A real libp2p host pair in one trio loop: the target side runs the market's job/session code
-(`node/drafting.py`, `node/remote.py`); the "drafter" answers the `open` with arbitrary wire bytes.
+(`node/target/market.py`, `node/target/rounds.py`); the "drafter" answers the `open` with arbitrary wire bytes.
 Whatever arrives, the round must return a valid proposal (or none) and never raise.
 """
 
@@ -17,7 +17,7 @@ from libp2p.utils.varint import decode_varint_with_size
 from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
-from node.target.market import DraftingConfig, MarketDrafting
+from node.target.market import MarketDrafting
 from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
 from p2p.messages import DRAFT_PROTOCOL_ID, MAX_FRAME_BYTES, TO_TARGET, Draft, InvalidMessage, decode
 from tests.hostile_frames import DRAFT_BODY, frames_for
@@ -74,7 +74,7 @@ async def one_round(target, drafter, ledger: Ledger, wire: bytes):
     registry, policy = Registry(), Policy()
     peer = str(drafter.get_id())
     registry.upsert(peer, [])
-    drafting = MarketDrafting(target, registry, policy, ledger, DraftingConfig(0.5, 1), V)
+    drafting = MarketDrafting(target, registry, policy, ledger, deadline_s=0.5, max_drafters=1, vocab_size=V)
     async with drafting.job("job-1", SamplingParams(), 1, GAMMA) as proposer:
         assert proposer is not None
         proposal = await trio.to_thread.run_sync(

@@ -14,7 +14,7 @@ from typing import Protocol
 from verifier.errors import InvalidParams, SpecmarketError
 from verifier.model import LanguageModel, score
 from verifier.params import SamplingParams
-from verifier.proposal import EMPTY, MAX_GAMMA, Proposal, validate_proposal
+from verifier.proposal import DEFAULT_GAMMA, EMPTY, MAX_GAMMA, Proposal, validate_proposal
 from verifier.verify import Rule, sample_token, verify
 
 log = logging.getLogger(__name__)
@@ -166,3 +166,24 @@ def decode_speculative(
         if _emit(out, verdict.tokens, stop_token, on_token):
             break
     return DecodeResult(tuple(out), stats)
+
+
+def decode(
+    target: LanguageModel,
+    proposer: Proposer | None,
+    prompt: Sequence[int],
+    *,
+    params: SamplingParams,
+    seed: int,
+    max_new_tokens: int,
+    gamma: int = DEFAULT_GAMMA,
+    rule: Rule = Rule.GUMBEL,
+    stop_token: int | None = None,
+    on_token: TokenCallback | None = None,
+) -> DecodeResult:
+    """Plain decoding without a proposer, speculative decoding with one: the single place where
+    that choice is made (generate, the engine, the benchmarks and the sweep all come through here)."""
+    common = dict(params=params, seed=seed, max_new_tokens=max_new_tokens, stop_token=stop_token, on_token=on_token)
+    if proposer is None:
+        return decode_plain(target, prompt, **common)
+    return decode_speculative(target, proposer, prompt, gamma=gamma, rule=rule, **common)

@@ -19,3 +19,17 @@ class ModelMismatch(SpecmarketError):
 
 class ContextTooLong(SpecmarketError):
     """Prompt plus generation does not fit the model's context window."""
+
+
+def error_leaves(exc: BaseException) -> list[BaseException]:
+    """The leaf exceptions of ``exc``: itself, or every non-group exception nested in an
+    (Base)ExceptionGroup, in order. trio's nurseries and hypercorn wrap errors in such groups."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return [exc]
+    return [leaf for inner in exc.exceptions for leaf in error_leaves(inner)]
+
+
+def sole_error(exc: BaseException) -> BaseException:
+    """The one leaf of a group that wraps a single error, else ``exc`` itself."""
+    leaves = error_leaves(exc)
+    return leaves[0] if len(leaves) == 1 else exc

@@ -23,6 +23,7 @@ import numpy as np
 from verifier.errors import InvalidParams
 
 MAX_U64 = (1 << 64) - 1
+MAX_SEED = MAX_U64  # every seed the noise accepts; the engine, the wire and receipts use this bound
 STREAM_GUMBEL = 0  # noise for the target token y_k (and the honest drafter's coupled draft)
 STREAM_ACCEPT = 1  # LEVIATHAN only: the acceptance uniform r_k
 STREAM_RESIDUAL = 2  # LEVIATHAN only: noise for sampling the residual (p - q)+

@@ -8,7 +8,8 @@ import numpy as np
 
 from verifier.errors import InvalidProposal
 
-MAX_GAMMA = 16  # longest draft block accepted from any proposer
+MAX_GAMMA = 16  # longest draft block accepted from any proposer (and the wire protocol's bound)
+DEFAULT_GAMMA = 4  # draft tokens per round unless configured
 PROB_SUM_TOLERANCE = 1e-3
 
 

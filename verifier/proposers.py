@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from verifier.decode import Proposer
+from verifier.errors import InvalidParams
 from verifier.model import LanguageModel, score
 from verifier.params import SamplingParams, token_probs
 from verifier.proposal import Proposal
@@ -127,3 +129,34 @@ class GarbageProposer:
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int) -> object:
         self.calls += 1
         return self._garbage(gamma)
+
+
+PROPOSERS = ("honest", "random", "adversarial", "lying", "garbage")  # the built-in proposers, by name
+
+
+def build_proposer(
+    name: str,
+    draft: LanguageModel | None,
+    *,
+    vocab_size: int,
+    lying_token: int,
+    rng_seed: int = 0,
+    ranker: LanguageModel | None = None,
+) -> Proposer:
+    """The built-in proposer ``name``: ``honest`` drafts with ``draft`` (a model with its own cache),
+    ``adversarial`` proposes the token ``ranker`` (default: ``draft``) ranks lowest, ``lying``
+    always proposes ``lying_token``, ``random`` draws from ``rng_seed``, ``garbage`` is malformed."""
+    model = ranker if name == "adversarial" and ranker is not None else draft
+    if name in ("honest", "adversarial") and model is None:
+        raise InvalidParams(f"the {name} proposer needs a draft model")
+    if name == "honest":
+        return LocalDraftProposer(model)
+    if name == "adversarial":
+        return AdversarialProposer(model)
+    if name == "random":
+        return RandomProposer(vocab_size, rng_seed)
+    if name == "lying":
+        return LyingProposer(vocab_size, lying_token)
+    if name == "garbage":
+        return GarbageProposer(vocab_size)
+    raise InvalidParams(f"unknown proposer {name!r}; choose one of {', '.join(PROPOSERS)}")

@@ -10,6 +10,7 @@ from pathlib import Path
 from node.chain import ChainError
 from node.chain.audit import Audit, audit_answer, check_model
 from node.chain.client import BondClient
+from node.chain.deployment import format_ether
 from node.chain.receipts import ReceiptError, SignedReceipt
 from node.models import HFCausalLM
 
@@ -89,3 +90,19 @@ def challenge_receipt(
     challenge_id, tx = client.challenge(key, signed, position)
     log.info("challenge %d opened at position %d (gas %d)", challenge_id, position, tx.gas_used)
     return ChallengeReport(audit, challenge_id, position, tx.gas_used)
+
+
+OUTCOMES = {2: "operator at fault", 3: "operator cleared", 4: "expired (refunded)"}  # by ChallengeStatus
+
+
+def wait_for_outcome(client, key: bytes, challenge_id: int, wait_s: float) -> str:
+    """Wait for the referees (or the timeout); withdraw whatever the challenger was credited."""
+    from eth_account import Account
+
+    outcome = OUTCOMES.get(client.wait_closed(challenge_id, wait_s), "still open")
+
+    if client.credits(Account.from_key(key).address):
+        tx = client.withdraw(key)
+        (event,) = client.decode_events(tx, "Withdrawn")
+        outcome += f"; withdrew {format_ether(event['amount'])}"
+    return outcome

@@ -13,10 +13,11 @@ from typing import Any
 
 from node.chain import ChainError
 from node.chain.anvil import ANVIL_CHAIN_ID, REPO_ROOT, tool_path
+from node.runtime import default_data_dir
 
 CONTRACTS_DIR = REPO_ROOT / "contracts"
 ARTIFACT = CONTRACTS_DIR / "out" / "SpecmarketBond.sol" / "SpecmarketBond.json"
-DEFAULT_DEPLOYMENTS_DIR = REPO_ROOT / "deployments"
+DEFAULT_DEPLOYMENTS_DIR = default_data_dir("chain") / "deployments"  # <chainId>.json, beside anvil's state
 FORGE_BUILD_TIMEOUT_S = 600
 ETHER = 10**18
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -24,6 +23,7 @@ from node.chain import ChainError
 from node.chain.cheat import Cheat
 from node.chain.client import BondClient, transfer
 from node.chain.deployment import DEV_DEPLOYER, ETHER, dev_key, require_dev_chain
+from node.chain.keys import load_or_create_key
 from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
 
 log = logging.getLogger(__name__)
@@ -31,30 +31,6 @@ log = logging.getLogger(__name__)
 RECEIPTS_FILE = "receipts.sqlite"
 OPERATOR_KEY_FILE = "operator.key"
 GAS_RESERVE_WEI = ETHER  # what a dev-chain operator is funded with on top of its bond, for gas
-KEY_FILE_MODE = 0o600
-
-
-def load_or_create_key(path: Path) -> bytes:
-    """The operator's private key from ``path`` (hex), created with mode 0600 when missing."""
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = bytes(Account.create().key)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, KEY_FILE_MODE)
-        with os.fdopen(fd, "w") as f:
-            f.write(key.hex() + "\n")
-        log.info("created a new operator key in %s", path)  # the path, never the key
-        return key
-    except OSError as exc:
-        raise ChainError(f"cannot read the operator key file {path}: {exc}") from exc
-    try:
-        key = bytes.fromhex(text.removeprefix("0x"))
-    except ValueError:
-        key = b""
-    if len(key) != 32:
-        raise ChainError(f"{path} must hold a 32-byte private key in hex")
-    return key
 
 
 class ReceiptStore:

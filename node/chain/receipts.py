@@ -26,6 +26,7 @@ from eth_utils import keccak, to_checksum_address
 
 from node.chain import ChainError
 from verifier.errors import InvalidParams
+from verifier.noise import MAX_SEED
 from verifier.params import SamplingParams
 
 EIP712_NAME = "SpecmarketBond"
@@ -101,7 +102,7 @@ class RequestSpec:
 
     def __post_init__(self) -> None:
         _check_tokens(self.prompt, "prompt")
-        _check_uint(self.seed, MAX_U64, "seed")
+        _check_uint(self.seed, MAX_SEED, "seed")
         for name in ("temperature_micros", "top_k", "top_p_micros", "max_tokens"):
             _check_uint(getattr(self, name), MAX_U32, name)
 

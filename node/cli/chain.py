@@ -29,21 +29,11 @@ from node.chain.deployment import (
     parse_ether,
     require_dev_chain,
 )
-from node.cli.market import default_data_dir, freeze_startup_heap
+from node.chain.keys import read_key
 from node.models import DEFAULT_TARGET
+from node.runtime import default_data_dir, freeze_startup_heap
 
 log = logging.getLogger("specmarket")
-
-
-def read_key(path: Path) -> bytes:
-    """A private key (hex, optional 0x) from a file that must exist."""
-    try:
-        key = bytes.fromhex(path.read_text().strip().removeprefix("0x"))
-    except (OSError, ValueError) as exc:
-        raise ChainError(f"cannot read a private key from {path}: {exc}") from exc
-    if len(key) != 32:
-        raise ChainError(f"{path} must hold a 32-byte private key in hex")
-    return key
 
 
 def _role_keys(files: list[Path] | None, chain_id: int, dev_indices: tuple[int, ...], role: str) -> list[bytes]:
@@ -201,11 +191,9 @@ def _cmd_refund(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- challenge / referee
 
-OUTCOMES = {2: "operator at fault", 3: "operator cleared", 4: "expired (refunded)"}  # by ChallengeStatus
-
 
 def _cmd_challenge(args: argparse.Namespace) -> int:
-    from node.chain.challenger import challenge_receipt, read_receipt_file
+    from node.chain.challenger import challenge_receipt, read_receipt_file, wait_for_outcome
     from node.models import load_model_dir, model_hash
 
     signed = read_receipt_file(args.receipt)
@@ -215,7 +203,7 @@ def _cmd_challenge(args: argparse.Namespace) -> int:
     report = challenge_receipt(client, key, model, model_hash(args.target_model), signed, force_position=args.position)
     result = report.to_json()
     if report.challenge_id is not None and args.wait:
-        result["outcome"] = _wait_for_outcome(client, key, report.challenge_id, args.wait_s)
+        result["outcome"] = wait_for_outcome(client, key, report.challenge_id, args.wait_s)
     if args.json:
         print(json.dumps(result))
     elif report.challenge_id is None:
@@ -228,19 +216,6 @@ def _cmd_challenge(args: argparse.Namespace) -> int:
         if "outcome" in result:
             print(f"outcome: {result['outcome']}")
     return 0
-
-
-def _wait_for_outcome(client, key: bytes, challenge_id: int, wait_s: float) -> str:
-    """Wait for the referees (or the timeout); withdraw whatever the challenger was credited."""
-    from eth_account import Account
-
-    outcome = OUTCOMES.get(client.wait_closed(challenge_id, wait_s), "still open")
-
-    if client.credits(Account.from_key(key).address):
-        tx = client.withdraw(key)
-        (event,) = client.decode_events(tx, "Withdrawn")
-        outcome += f"; withdrew {format_ether(event['amount'])}"
-    return outcome
 
 
 def _cmd_referee(args: argparse.Namespace) -> int:

@@ -1,9 +1,19 @@
-"""Option precedence for every command: command line > config file (TOML) > built-in defaults."""
+"""Option precedence for every command: command line > config file (TOML) > built-in defaults.
+
+The built-in defaults are the fields of each role's frozen config dataclass (``TargetConfig``,
+``DrafterConfig``, ``GenerateConfig``, ...): argparse options default to None ("not given"), their
+help text shows the dataclass default, and ``resolve`` merges the three sources into values of the
+field's type.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
 import tomllib
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +21,19 @@ from verifier.errors import SpecmarketError
 
 
 class ConfigError(SpecmarketError):
-    """An unreadable config file or an unknown key in it."""
+    """An unreadable config file, an unknown key in it, or a value of the wrong type."""
+
+
+def defaults(*classes: type) -> dict[str, Any]:
+    """Field name -> default of each config dataclass (fields without a default are left out)."""
+    out: dict[str, Any] = {}
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+    return out
 
 
 def load_section(path: Path | None, section: str) -> dict[str, Any]:
@@ -28,14 +50,45 @@ def load_section(path: Path | None, section: str) -> dict[str, Any]:
     return {key.replace("-", "_"): value for key, value in table.items()}
 
 
-def resolve(args: argparse.Namespace, section: str, defaults: dict[str, Any]) -> dict[str, Any]:
-    """Merge CLI values (None = not given), the config file's section and ``defaults``."""
+def _field_types(classes: tuple[type, ...]) -> dict[str, Any]:
+    hints: dict[str, Any] = {}
+    for cls in classes:
+        hints.update(typing.get_type_hints(cls))
+    return hints
+
+
+def _coerce(kind: Any, value: Any) -> Any:
+    """A CLI string or TOML value as the field's type (Path, an Enum, float from int)."""
+    if value is None:
+        return None
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if kind is Path:
+        return Path(value)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return kind(value)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind in (int, float, str) and not isinstance(value, kind):
+        raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def resolve(args: argparse.Namespace, section: str, *classes: type) -> dict[str, Any]:
+    """Merge CLI values (None = not given), the config file's ``[section]`` and the defaults of
+    ``classes``; every value has its field's type (a required field not given anywhere is None)."""
+    base = {f.name: None for cls in classes for f in dataclasses.fields(cls)} | defaults(*classes)
     from_file = load_section(getattr(args, "config", None), section)
-    unknown = set(from_file) - set(defaults)
+    unknown = set(from_file) - set(base)
     if unknown:
         raise ConfigError(f"unknown key(s) in [{section}]: {', '.join(sorted(unknown))}")
+    kinds = _field_types(classes)
     merged = {}
-    for key, default in defaults.items():
+    for key, default in base.items():
         cli = getattr(args, key, None)
-        merged[key] = cli if cli is not None else from_file.get(key, default)
+        value = cli if cli is not None else from_file.get(key, default)
+        try:
+            merged[key] = _coerce(kinds[key], value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"[{section}] {key}: {exc}") from None
     return merged

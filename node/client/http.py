@@ -20,6 +20,7 @@ MAX_LINE_BYTES = 4 << 20  # the final chunk carries every token id (and the prom
 MAX_STREAM_BYTES = 64 << 20
 MAX_ERROR_BYTES = 64 << 10
 MAX_SHOWN_CHARS = 300  # of a non-JSON error body
+HTTP_TIMEOUT_S = 300.0  # one completion on a busy 2-core machine
 
 
 class ClientError(SpecmarketError):
@@ -141,6 +142,20 @@ def _read_stream(response: http.client.HTTPResponse, on_text: Callable[[str], No
                 raise MalformedStream("the final chunk has no 'specmarket' object")
             final = {**extension, "finish_reason": choice["finish_reason"]}
     raise MalformedStream("the stream ended before 'data: [DONE]'")
+
+
+def http_json(url: str, body: dict | None = None, timeout_s: float = HTTP_TIMEOUT_S) -> dict:
+    """GET ``url`` (or POST ``body`` as JSON) and decode the JSON answer (at most MAX_STREAM_BYTES)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read(MAX_STREAM_BYTES))
+
+
+def complete(http: str, prompt: str, *, seed: int, max_tokens: int, temperature: float = 1.0, **kw) -> dict:
+    """One non-streaming completion from a target's OpenAI-compatible API at base URL ``http``."""
+    body = {"prompt": prompt, "seed": seed, "max_tokens": max_tokens, "temperature": temperature, **kw}
+    return http_json(f"{http}/v1/completions", body)
 
 
 def _request(base_url: str, body: dict[str, Any]) -> urllib.request.Request:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
@@ -19,8 +19,16 @@ from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.utils.varint import encode_uvarint
 
+from node.drafter.strategies import (
+    DEFAULT_SLOW_MS,
+    STRATEGIES,
+    Behaviour,
+    garbage_frames,
+    make_behaviour,
+    make_proposer,
+)
 from node.models import DEFAULT_DRAFT, HFCausalLM, load_model_dir, tokenizer_fingerprint
-from node.drafter.strategies import STRATEGIES, Behaviour, garbage_frames, make_behaviour, make_proposer
+from node.runtime import default_data_dir
 from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamFailed
 from p2p.host import DEFAULT_LISTEN, parse_peer_addr, peer_addrs, running_host
@@ -34,23 +42,29 @@ log = logging.getLogger(__name__)
 SESSION_IDLE_TIMEOUT_S = 300.0  # a target silent this long has abandoned the job
 SEND_TIMEOUT_S = 5.0
 MAX_SESSIONS = 32
+MAX_THREADS = 256
 
 
 @dataclass(frozen=True)
 class DrafterConfig:
-    bootstrap: str
-    model_dir: Path = DEFAULT_DRAFT
+    """Every default of `specmarket drafter`, written once (the CLI reads them from here)."""
+
+    bootstrap: str  # the target's multiaddr, ending in /p2p/<peer id>
+    model: Path = DEFAULT_DRAFT  # draft model directory
     strategy: str = "honest"
-    data_dir: Path = Path(".specmarket/drafter")
+    data_dir: Path = field(default_factory=lambda: default_data_dir("drafter"))  # identity key
     listen: str = DEFAULT_LISTEN
-    slow_ms: int = 1000
+    slow_ms: int = DEFAULT_SLOW_MS  # delay of the slow strategy
     seed: int = 0  # for the random strategy and flaky's drop point
+    threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise InvalidParams(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.slow_ms < 0:
             raise InvalidParams(f"--slow-ms must be >= 0, got {self.slow_ms}")
+        if not 1 <= self.threads <= MAX_THREADS:
+            raise InvalidParams(f"--threads must be in [1, {MAX_THREADS}], got {self.threads}")
         parse_peer_addr(self.bootstrap)  # fail at start, not on first dial
 
 
@@ -91,7 +105,7 @@ class DraftSession:
 class DrafterNode:
     def __init__(self, cfg: DrafterConfig) -> None:
         self.cfg = cfg
-        self.model, self.tokenizer = load_model_dir(cfg.model_dir, "draft")
+        self.model, self.tokenizer = load_model_dir(cfg.model, "draft")
         self.fingerprint = tokenizer_fingerprint(self.tokenizer)
         self.rng = random.Random(cfg.seed)
         self.sessions = 0

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import msgpack
 
-from node.decoding import LYING_WANTED_TEXT
+from node.decoding import lying_wanted_token
 from p2p.messages import MAX_FRAME_BYTES
 from verifier.decode import Proposer
 from verifier.model import LanguageModel
-from verifier.proposers import AdversarialProposer, LocalDraftProposer, LyingProposer, RandomProposer
+from verifier.proposal import MAX_GAMMA
+from verifier.proposers import PROPOSERS, build_proposer
 
 STRATEGIES = ("honest", "random", "adversarial", "lying", "slow", "garbage", "flaky")
 DEFAULT_SLOW_MS = 1000  # well past the target's default draft deadline
@@ -32,16 +33,13 @@ class Behaviour:
 
 
 def make_proposer(strategy: str, model: LanguageModel, tokenizer, rng_seed: int) -> Proposer:
-    """The proposer behind a strategy; ``model`` is this session's own fork of the draft model."""
-    if strategy in ("honest", "slow", "flaky", "garbage"):
-        return LocalDraftProposer(model)
-    if strategy == "random":
-        return RandomProposer(model.vocab_size, rng_seed)
-    if strategy == "adversarial":
-        return AdversarialProposer(model)  # the draft model's least likely token at every position
-    if strategy == "lying":
-        return LyingProposer(model.vocab_size, tokenizer.encode(LYING_WANTED_TEXT)[0])
-    raise ValueError(f"unknown strategy {strategy!r}")
+    """The proposer behind a strategy; ``model`` is this session's own fork of the draft model (the
+    adversarial strategy proposes the draft model's least likely token at every position)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}")
+    name = strategy if strategy in PROPOSERS and strategy != "garbage" else "honest"  # misbehaviour is on the wire
+    lying = lying_wanted_token(tokenizer)
+    return build_proposer(name, model, vocab_size=model.vocab_size, lying_token=lying, rng_seed=rng_seed)
 
 
 def make_behaviour(strategy: str, rng: random.Random, slow_ms: int = DEFAULT_SLOW_MS) -> Behaviour:
@@ -67,7 +65,7 @@ def garbage_frames(job: str, start: int, vocab_size: int) -> Sequence[bytes]:
         _pack([1, 2, 3]),  # not a map
         _pack({**draft, "tokens": [vocab_size]}),  # token id == V
         _pack({**draft, "tokens": [-1, 2]}),
-        _pack({**draft, "tokens": list(range(17))}),  # longer than any γ
+        _pack({**draft, "tokens": list(range(MAX_GAMMA + 1))}),  # longer than any γ
         _pack({**draft, "tokens": [1], "probs": [0.5]}),  # unexpected field
         _pack({"type": "open", "job": job}),  # wrong direction
         _pack({**draft, "job": "x" * 100, "tokens": [1]}),  # job id too long

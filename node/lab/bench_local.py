@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from node.decoding import encode_prompt
 from node.models import ModelPair, load_pair
-from verifier.decode import DecodeResult, DecodeStats, decode_plain, decode_speculative
+from verifier.decode import DecodeResult, DecodeStats, decode
 from verifier.params import SamplingParams, token_probs
 from verifier.proposers import LocalDraftProposer
 from verifier.theory import alpha_from_omega, expected_tokens, speedup
@@ -60,14 +60,18 @@ def _time_runs(fn: Callable[[list[int], int], list[int]], prompts: list[list[int
 def _specmarket_mode(pair, params, cfg, rule: Rule | None, results: list[DecodeResult]):
     def run(ids: list[int], seed: int) -> list[int]:
         pair.target.reset()
-        common = dict(params=params, seed=seed, max_new_tokens=cfg.max_new_tokens)
-        if rule is None:
-            res = decode_plain(pair.target, ids, **common)
-        else:
-            pair.draft.reset()
-            res = decode_speculative(
-                pair.target, LocalDraftProposer(pair.draft), ids, gamma=cfg.gamma, rule=rule, **common
-            )
+        pair.draft.reset()
+        proposer = None if rule is None else LocalDraftProposer(pair.draft)
+        res = decode(
+            pair.target,
+            proposer,
+            ids,
+            params=params,
+            seed=seed,
+            max_new_tokens=cfg.max_new_tokens,
+            gamma=cfg.gamma,
+            rule=rule or Rule.GUMBEL,
+        )
         results.append(res)
         return list(res.tokens)
 

@@ -10,7 +10,6 @@ against plain decoding. Aims (not tests): honest p2p >= 1.0x best HF assisted; h
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -27,12 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from node.lab.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, measure_costs
-from node.target.engine import CompletionRequest, Engine
 from node.decoding import encode_prompt
-from node.models import HFCausalLM, ModelPair, load_pair
-from node.lab.procs import CHILD_ENV, ProcessGroup, sigterm_unwinds, start_drafter
+from node.lab.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, measure_costs
+from node.lab.procs import CHILD_ENV, ProcessGroup, start_drafter
 from node.lab.trio_thread import TrioThread
+from node.models import HFCausalLM, ModelPair, load_pair
+from node.runtime import sigterm_unwinds
+from node.target.engine import CompletionRequest, Engine
 from verifier.params import SamplingParams
 from verifier.proposal import Proposal
 from verifier.proposers import LocalDraftProposer
@@ -61,21 +61,6 @@ class P2PBenchConfig:
     repeats: int = 3  # interleaved repetitions; the median is reported
     draft_deadline_ms: float = 100.0
     out: Path = Path("bench_out/bench_p2p.json")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = P2PBenchConfig
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--gamma", type=int, default=d.gamma)
-    p.add_argument("--temperatures", type=float, nargs="+", default=list(d.temperatures))
-    p.add_argument("--repeats", type=int, default=d.repeats, help="interleaved repetitions (median)")
-    p.add_argument("--draft-deadline-ms", type=float, default=d.draft_deadline_ms, help="the targets' draft deadline")
-    p.add_argument("--out", type=Path, default=d.out, help="JSON output path")
-
-
-def config_from_args(args: argparse.Namespace) -> P2PBenchConfig:
-    temps = tuple(args.temperatures)
-    return P2PBenchConfig(args.max_new_tokens, args.gamma, temps, args.repeats, args.draft_deadline_ms, args.out)
 
 
 def progress(message: str) -> None:

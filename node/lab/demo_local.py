@@ -14,8 +14,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from node.decoding import GenerateConfig, generate
-from node.models import load_pair
 from node.lab.plots import write_theory_plots
+from node.models import load_pair
 from verifier.params import SamplingParams
 from verifier.verify import Rule
 
@@ -26,12 +26,12 @@ DEMO_PROMPTS = (
 )
 DEMO_RUNS = (
     ("none", Rule.GUMBEL),
-    ("local", Rule.GUMBEL),
+    ("honest", Rule.GUMBEL),
     ("random", Rule.GUMBEL),
     ("adversarial", Rule.GUMBEL),
     ("lying", Rule.GUMBEL),
     ("garbage", Rule.GUMBEL),
-    ("local", Rule.LEVIATHAN),
+    ("honest", Rule.LEVIATHAN),
     ("lying", Rule.LEVIATHAN),
 )
 DEMO_PARAMS = SamplingParams(temperature=0.8)

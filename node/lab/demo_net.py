@@ -29,19 +29,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from node.client.http import complete, http_json
 from node.lab.procs import (
     STARTUP_TIMEOUT_S,
     NodeProcess,
     ProcessFailed,
     ProcessGroup,
-    complete,
-    http_json,
-    sigterm_unwinds,
     spawn,
     start_drafter,
     start_target,
     wait_for_drafters,
 )
+from node.runtime import sigterm_unwinds
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +60,13 @@ MODES = ("with_speculation", "without_speculation")
 VERDICT_TIMEOUT_S = 120.0
 REFEREE_OUTCOME_TIMEOUT_S = 30.0  # a resolved challenge: each referee has printed its outcome by now
 DRAFTERS_TIMEOUT_S = 60.0
+MAX_DEMO_TOKENS = 256  # the shipped target has a 512-position window; the prompts take a few dozen
 WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 8
 
 
 @dataclass(frozen=True)
 class NetDemoConfig:
-    out: Path = Path("report")
+    out: Path = Path("demo_out") / "report"  # ignored; `make report` refreshes the committed report/
     max_tokens: int = 48
     prompts: tuple[str, ...] = DEMO_PROMPTS
     quick: bool = False  # CI: fewer prompts, tokens and forgery samples, same steps
@@ -136,12 +136,12 @@ def _referee_starters(work: Path, chain_args: list[str]) -> list[partial]:
     """One `specmarket referee` process per key of a quorum (anvil dev referees; threshold of them),
     sharing one verdict pool: a challenge resolves only when enough of them have signed."""
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_REFEREES, dev_key
+    from node.chain.keys import write_key
 
     starters = []
     for index in DEV_REFEREES[:DEFAULT_THRESHOLD]:
         key_file = work / f"referee{index}.key"
-        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
-            out.write(dev_key(index).hex())  # anvil's public dev key: a demo secret only
+        write_key(key_file, dev_key(index))  # anvil's public dev key: a demo secret only
         args = [
             "referee",
             *chain_args_for_cli(chain_args),
@@ -259,8 +259,8 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig, referees: li
     from node.chain.client import ChallengeStatus
     from node.chain.deployment import DEV_CHALLENGER, DEV_TREASURY, dev_address, dev_key
     from node.chain.receipts import SignedReceipt
-    from node.models import DEFAULT_TARGET, model_hash
     from node.lab.trust import resolution
+    from node.models import DEFAULT_TARGET, model_hash
 
     answer = complete(http, cfg.prompts[0], seed=0, max_tokens=cfg.max_tokens, temperature=DEMO_TEMPERATURE)
     signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
@@ -331,8 +331,8 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     from node.chain.anvil import AnvilProcess, free_port
     from node.chain.client import BondClient, connect, deploy
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
-    from node.cli.market import freeze_startup_heap
     from node.models import load_pair
+    from node.runtime import freeze_startup_heap
 
     with AnvilProcess(free_port()) as anvil:
         w3 = connect(anvil.url)

@@ -57,7 +57,7 @@ def measured_alpha(omega: float, gamma: int) -> float:
 
 def _configs(gammas: Sequence[int]) -> dict[int, dict]:
     """γ -> generate overrides; γ = 0 is plain decoding."""
-    return {0: {"drafter": "none"}, **{g: {"drafter": "local", "gamma": g} for g in gammas}}
+    return {0: {"drafter": "none"}, **{g: {"drafter": "honest", "gamma": g} for g in gammas}}
 
 
 def local_sweep(

@@ -8,25 +8,23 @@ withdraw their registrations in parallel), SIGKILL for those still running after
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from node.client.http import http_json
 from verifier.errors import SpecmarketError
 
 STARTUP_TIMEOUT_S = 120.0  # importing torch and loading models on a busy 2-core machine
 STOP_TIMEOUT_S = 15.0
-HTTP_TIMEOUT_S = 300.0  # one completion on a busy 2-core machine
 DRAFTERS_TIMEOUT_S = 30.0
 SPECMARKET = [sys.executable, "-m", "node"]
 CHILD_ENV = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
@@ -135,20 +133,6 @@ def start_drafter(
     return spawn(args, workdir / f"{name}.log", ("registered",), group=group)
 
 
-def http_json(url: str, body: dict | None = None, timeout_s: float = HTTP_TIMEOUT_S) -> dict:
-    """GET ``url`` (or POST ``body`` as JSON) and decode the JSON answer."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.loads(resp.read())
-
-
-def complete(http: str, prompt: str, *, seed: int, max_tokens: int, temperature: float = 1.0, **kw) -> dict:
-    """One non-streaming completion from a target's OpenAI-compatible API."""
-    body = {"prompt": prompt, "seed": seed, "max_tokens": max_tokens, "temperature": temperature, **kw}
-    return http_json(f"{http}/v1/completions", body)
-
-
 def wait_for_drafters(http: str, n: int, timeout_s: float = DRAFTERS_TIMEOUT_S) -> dict:
     """Poll /health until the target knows at least ``n`` drafters; its /health then."""
     deadline = time.monotonic() + timeout_s
@@ -159,22 +143,6 @@ def wait_for_drafters(http: str, n: int, timeout_s: float = DRAFTERS_TIMEOUT_S) 
         if time.monotonic() > deadline:
             raise ProcessFailed(f"the target at {http} knows {len(health.get('drafters', {}))} drafters, expected {n}")
         time.sleep(0.2)
-
-
-@contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt like Ctrl-C does, so ``with`` blocks stop their children."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, interrupt) if main else None
-    try:
-        yield
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
 
 
 class ProcessGroup:

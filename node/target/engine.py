@@ -24,9 +24,11 @@ from node.chain.cheat import Cheat
 from node.chain.receipts import RequestSpec, SignedReceipt
 from node.decoding import check_fits, encode_prompt
 from node.models import ModelPair
-from verifier.decode import DecodeResult, DecodeStats, Proposer, decode_plain, decode_speculative
-from verifier.errors import InvalidParams
+from verifier.decode import DecodeResult, DecodeStats, Proposer, decode
+from verifier.errors import InvalidParams, sole_error
+from verifier.noise import MAX_SEED
 from verifier.params import SamplingParams
+from verifier.proposal import MAX_GAMMA
 
 if TYPE_CHECKING:
     from node.chain.operator import Operator
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 32_768
-MAX_SEED = (1 << 63) - 1  # the largest seed a client may send
 DRAWN_SEED_BOUND = 1 << 53  # seeds the server draws stay exact in JSON/JavaScript numbers, so they can be replayed
 REPLACEMENT_CHAR = "\ufffd"  # what a partial UTF-8 sequence decodes to; held back until completed
 
@@ -150,19 +151,6 @@ async def _no_drafting(job_id: str, params: SamplingParams, seed: int, gamma: in
     yield None
 
 
-def _sole(group: BaseExceptionGroup) -> BaseException:
-    """The single leaf exception of a nursery's group (or the group itself when there are several)."""
-    leaves = []
-    stack: list[BaseException] = [group]
-    while stack:
-        exc = stack.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            stack.extend(exc.exceptions)
-        else:
-            leaves.append(exc)
-    return leaves[0] if len(leaves) == 1 else group
-
-
 def flip_tokens(tokens: Sequence[int], offset: int, position: int, vocab_size: int) -> tuple[int, ...]:
     """Cheat.FLIP_TOKEN: ``tokens`` (starting at output index ``offset``) with the one at ``position``
     replaced by the next id."""
@@ -189,8 +177,8 @@ class Engine:
         operator: Operator | None = None,
         cheat: Cheat = Cheat.NONE,
     ):
-        if not 1 <= gamma <= 16:
-            raise InvalidParams(f"gamma must be in [1, 16], got {gamma}")
+        if not 1 <= gamma <= MAX_GAMMA:
+            raise InvalidParams(f"gamma must be in [1, {MAX_GAMMA}], got {gamma}")
         if cheat is Cheat.DRAFT_MODEL and pair.draft is None:
             raise InvalidParams("--cheat draft-model needs the draft model loaded")
         self.operator = operator
@@ -213,14 +201,17 @@ class Engine:
             target, proposer = self.pair.draft.fork(), None
         if self.cheat is Cheat.FLIP_TOKEN and on_token is not None:
             on_token = self._flipping(on_token, spec.max_tokens // 2)
-        common = dict(params=spec.params, seed=spec.seed, max_new_tokens=spec.max_tokens, on_token=on_token)
-        prompt = list(spec.prompt)
-        if proposer is None:
-            result = decode_plain(target, prompt, stop_token=self.stop_token, **common)
-        else:
-            result = decode_speculative(
-                target, proposer, prompt, gamma=self.gamma, stop_token=self.stop_token, **common
-            )
+        result = decode(
+            target,
+            proposer,
+            list(spec.prompt),
+            params=spec.params,
+            seed=spec.seed,
+            max_new_tokens=spec.max_tokens,
+            gamma=self.gamma,
+            stop_token=self.stop_token,
+            on_token=on_token,
+        )
         if self.cheat is Cheat.FLIP_TOKEN:
             flipped = flip_tokens(result.tokens, 0, spec.max_tokens // 2, self.pair.target.vocab_size)
             result = DecodeResult(flipped, result.stats)
@@ -253,7 +244,7 @@ class Engine:
             return await self._run_job(job_id, spec, on_chunk)
         except BaseExceptionGroup as group:  # trio's nurseries wrap; callers want the one real error
             self.counters.requests_failed += 1
-            raise _sole(group) from None
+            raise sole_error(group) from None
         except BaseException:
             self.counters.requests_failed += 1
             raise

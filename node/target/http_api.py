@@ -35,6 +35,7 @@ from node.target.http_schema import (
     parse_json_object,
     render_metrics,
 )
+from verifier.errors import sole_error
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +341,6 @@ async def serve_http(
     try:
         await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=_FirstBind(task_status), mode="asgi")
     except BaseExceptionGroup as group:  # hypercorn's nurseries wrap a failed bind
-        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], OSError):
-            raise group.exceptions[0] from None
+        if isinstance(error := sole_error(group), OSError):
+            raise error from None
         raise

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from node.target.engine import CompletionRequest, CompletionResult
-from verifier.errors import ContextTooLong, InvalidParams, SpecmarketError
+from verifier.errors import ContextTooLong, InvalidParams, SpecmarketError, error_leaves
 
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TOKENS = 16
@@ -178,17 +178,9 @@ def _named_field(message: str) -> str | None:
     return min(found)[1] if found else None
 
 
-def _leaves(exc: BaseException) -> Iterator[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield exc
-
-
 def http_error_for(exc: BaseException) -> HttpError | None:
     """The answer to a failed job (trio wraps errors in ExceptionGroups); None for an unexpected error."""
-    leaves = list(_leaves(exc))
+    leaves = error_leaves(exc)
     known = [e for e in leaves if isinstance(e, SpecmarketError)]
     if not known:
         return None

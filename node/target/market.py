@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import multiaddr
 import trio
@@ -29,20 +28,22 @@ PEERSTORE_TTL_S = 600
 CLOSE_TIMEOUT_S = 1.0
 
 
-@dataclass(frozen=True)
-class DraftingConfig:
-    deadline_s: float = 0.1
-    max_drafters: int = 4
-
-
 class MarketDrafting:
     """The ``DraftingBackend`` of the engine, backed by drafter peers found over libp2p."""
 
     def __init__(
-        self, host: IHost, registry: Registry, policy: Policy, ledger: Ledger, cfg: DraftingConfig, vocab_size: int
+        self,
+        host: IHost,
+        registry: Registry,
+        policy: Policy,
+        ledger: Ledger,
+        *,
+        deadline_s: float,
+        max_drafters: int,
+        vocab_size: int,
     ) -> None:
         self.host, self.registry, self.policy, self.ledger = host, registry, policy, ledger
-        self.cfg = cfg
+        self.deadline_s, self.max_drafters = deadline_s, max_drafters
         self.vocab_size = vocab_size
         self.in_jobs: dict[str, int] = {}  # peer -> jobs it is drafting for now
         self.gone: set[str] = set()  # withdrawn while in a job: forget when the job ends
@@ -87,7 +88,7 @@ class MarketDrafting:
 
     @asynccontextmanager
     async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator:
-        peers = self.policy.select(self.registry, self.cfg.max_drafters)
+        peers = self.policy.select(self.registry, self.max_drafters)
         sessions = await self._open_all(peers, gamma) if peers else []
         if not sessions:
             yield None
@@ -101,7 +102,7 @@ class MarketDrafting:
             params=params,
             seed=seed,
             gamma=gamma,
-            deadline_s=self.cfg.deadline_s,
+            deadline_s=self.deadline_s,
             registry=self.registry,
             policy=self.policy,
         )

@@ -1,0 +1,194 @@
+"""`specmarket demo | demo-net | bench-local | bench-p2p | theory | train`: the lab's commands.
+
+Arguments become the lab's config dataclasses (NetDemoConfig, BenchConfig, P2PBenchConfig,
+PipelineConfig), whose fields hold the defaults shown in --help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from node.cli.options import defaults
+from node.lab.bench_local import BenchConfig
+from node.lab.bench_p2p import P2PBenchConfig
+from node.lab.demo_net import MAX_DEMO_TOKENS, NetDemoConfig
+from node.training.pipeline import PipelineConfig
+
+THEORY_ALPHAS = (0.5, 0.7, 0.8, 0.9)
+
+
+def _add_theory(sub) -> None:
+    p = sub.add_parser(
+        "theory",
+        help="plot Ω convergence and the S(γ) speed-up bound",
+        description="Write PNGs: the simulated mean accepted length converging to Ω, and S against γ.",
+    )
+    p.add_argument("--alpha", type=float, nargs="+", default=list(THEORY_ALPHAS), help="acceptance rates α")
+    p.add_argument("--cost", type=float, default=0.1, help="draft/target cost ratio c (default 0.1)")
+    p.add_argument("--gamma", type=int, default=4, help="γ for the convergence plot (default 4)")
+    p.add_argument("--rounds", type=int, default=2000, help="simulated rounds (default 2000)")
+    p.add_argument("--measured", type=Path, help="a bench_local.py JSON whose measured points are overlaid")
+    p.add_argument("--out", type=Path, required=True, help="output directory for the PNGs")
+    p.set_defaults(func=_cmd_theory)
+
+
+def _cmd_theory(args: argparse.Namespace) -> int:
+    from node.lab.plots import write_theory_plots
+
+    for path in write_theory_plots(args.alpha, args.cost, args.gamma, args.rounds, args.out, args.measured):
+        print(path)
+    return 0
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="local demo: plain vs speculative vs hostile drafters, and the forgery")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--out", type=Path, default=Path("demo_out"), help="where demo.json and plots go")
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from node.lab.demo_local import run_demo
+
+    return run_demo(args.max_new_tokens, args.out)
+
+
+def _demo_tokens(text: str) -> int:
+    value = int(text) if text.strip().lstrip("-").isdigit() else -1
+    if not 1 <= value <= MAX_DEMO_TOKENS:
+        raise argparse.ArgumentTypeError(f"must be an integer in [1, {MAX_DEMO_TOKENS}], got {text!r}")
+    return value
+
+
+def _add_demo_net(sub) -> None:
+    d = defaults(NetDemoConfig)
+    p = sub.add_parser(
+        "demo-net",
+        help="the networked demo (make demo): bonded targets, drafter peers, slashed cheats, and a report",
+        description=(
+            "Start anvil (npm), deploy the bond contract, run a bonded target with two honest and two hostile "
+            "drafter peers and a non-speculating bonded target, send the same prompts to both over the HTTP API, "
+            "re-execute every answer as a challenger would, then challenge two cheating operators' answers (one "
+            "speculating, one not), resolved by two referee processes (the 2-of-3 quorum) that slash them; "
+            "measure the forgery row and an in-process gamma sweep, and write the report (README.md, PNGs, "
+            "demo_net.json). Every process it starts is stopped at the end, on an error or Ctrl-C too."
+        ),
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=_demo_tokens,
+        default=d["max_tokens"],
+        help=f"tokens per prompt, 1-{MAX_DEMO_TOKENS} (default {d['max_tokens']})",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=d["out"],
+        help=f"where README.md, the PNGs and demo_net.json go (default {d['out']}; `make report` writes report/)",
+    )
+    p.add_argument("--quick", action="store_true", help="two prompts of at most 16 tokens (what CI runs)")
+    p.set_defaults(func=_cmd_demo_net)
+
+
+def _cmd_demo_net(args: argparse.Namespace) -> int:
+    from node.lab.demo_net import run_demo_net
+
+    return run_demo_net(NetDemoConfig(out=args.out, max_tokens=args.max_new_tokens, quick=args.quick))
+
+
+def _add_bench(sub) -> None:
+    d = defaults(BenchConfig)
+    p = sub.add_parser(
+        "bench-local",
+        help="benchmark plain / speculative / HF assisted generation side by side",
+        description="One process, one run, same prompts and pair; prints ratios and writes JSON.",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"])
+    p.add_argument("--gamma", type=int, default=d["gamma"])
+    p.add_argument("--temperatures", type=float, nargs="+", default=list(d["temperatures"]))
+    p.add_argument("--repeats", type=int, default=d["repeats"], help="interleaved repetitions (median)")
+    p.add_argument("--out", type=Path, default=d["out"], help="JSON output path")
+    p.set_defaults(func=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from node.lab.bench_local import run_bench
+
+    run_bench(BenchConfig(args.max_new_tokens, args.gamma, tuple(args.temperatures), args.repeats, args.out))
+    return 0
+
+
+def _add_bench_p2p(sub) -> None:
+    d = defaults(P2PBenchConfig)
+    p = sub.add_parser(
+        "bench-p2p",
+        help="benchmark drafter peers over libp2p (honest, hostile) against plain, local and HF assisted",
+        description="One process plus drafter processes, same prompts and pair; prints ratios and writes JSON.",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"])
+    p.add_argument("--gamma", type=int, default=d["gamma"])
+    p.add_argument("--temperatures", type=float, nargs="+", default=list(d["temperatures"]))
+    p.add_argument("--repeats", type=int, default=d["repeats"], help="interleaved repetitions (median)")
+    p.add_argument(
+        "--draft-deadline-ms", type=float, default=d["draft_deadline_ms"], help="the targets' draft deadline"
+    )
+    p.add_argument("--out", type=Path, default=d["out"], help="JSON output path")
+    p.set_defaults(func=_cmd_bench_p2p)
+
+
+def _cmd_bench_p2p(args: argparse.Namespace) -> int:
+    from node.lab.bench_p2p import run_bench_p2p
+
+    temps = tuple(args.temperatures)
+    run_bench_p2p(
+        P2PBenchConfig(args.max_new_tokens, args.gamma, temps, args.repeats, args.draft_deadline_ms, args.out)
+    )
+    return 0
+
+
+def _add_train(sub) -> None:
+    d = defaults(PipelineConfig)
+    p = sub.add_parser(
+        "train",
+        help="retrain the shipped tiny tokenizer + target/draft pair (resumable)",
+        description=(
+            "Train a byte-level BPE tokenizer and a GPT-2-style target/draft pair on this Python's standard "
+            "library, distilling the draft from the target. Every stage checkpoints to --work-dir; rerun the "
+            "same command to resume after an interruption. --out-dir models replaces the shipped pair."
+        ),
+    )
+    p.add_argument(
+        "--out-dir", type=Path, default=d["out_dir"], help=f"model dirs + MANIFEST.json (default {d['out_dir']})"
+    )
+    p.add_argument("--work-dir", type=Path, default=d["work_dir"], help=f"checkpoints (default {d['work_dir']})")
+    for name in ("target_steps", "draft_steps", "batch_size", "threads"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=_positive, default=d[name], help=f"default {d[name]}")
+    p.set_defaults(func=_cmd_train)
+
+
+def _positive(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from node.training.pipeline import run
+
+    logging.getLogger().setLevel(logging.INFO)
+    names = ("out_dir", "work_dir", "target_steps", "draft_steps", "batch_size", "threads")
+    manifest = run(PipelineConfig(**{name: getattr(args, name) for name in names}))
+    print(json.dumps({k: manifest[k] for k in ("target", "draft", "greedy_acceptance")}, indent=2))
+    return 0
+
+
+def add_lab_commands(sub) -> None:
+    _add_theory(sub)
+    _add_demo(sub)
+    _add_demo_net(sub)
+    _add_bench(sub)
+    _add_bench_p2p(sub)
+    _add_train(sub)

@@ -1,0 +1,71 @@
+"""`specmarket generate`: arguments -> GenerateConfig (plain or speculative decoding in this process)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from node.cli.options import defaults, resolve
+from node.decoding import DRAFTERS, GenerateConfig
+from verifier.params import SamplingParams
+from verifier.verify import Rule
+
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p")
+
+
+def _add_generate(sub) -> None:
+    d = defaults(GenerateConfig, SamplingParams)
+    p = sub.add_parser(
+        "generate",
+        help="generate text locally (plain or speculative decoding)",
+        description=(
+            "Generate a continuation with the target model. With a drafter, tokens are drafted and "
+            "verified by the GUMBEL rule: the output is identical to --drafter none for the same seed."
+        ),
+    )
+    p.add_argument("--prompt", required=True, help="prompt text")
+    p.add_argument("--seed", type=int, help=f"sampling seed, shared with drafters (default {d['seed']})")
+    p.add_argument("--max-new-tokens", type=int, help=f"tokens to generate (default {d['max_new_tokens']})")
+    p.add_argument("--temperature", type=float, help=f"0 = greedy (default {d['temperature']})")
+    p.add_argument("--top-k", type=int, help=f"keep the k most likely tokens; 0 = off (default {d['top_k']})")
+    p.add_argument("--top-p", type=float, help=f"nucleus sampling mass in (0, 1]; 1 = off (default {d['top_p']})")
+    p.add_argument("--gamma", type=int, help=f"draft tokens per round (default {d['gamma']})")
+    p.add_argument("--drafter", choices=DRAFTERS, help=f"who drafts; none = plain decoding (default {d['drafter']})")
+    p.add_argument(
+        "--rule",
+        choices=[r.value for r in Rule],
+        help=f"verification rule; leviathan is forgeable by lying drafters (default {d['rule'].value})",
+    )
+    p.add_argument("--target-model", type=Path, help=f"local HF model directory (default {d['target_model']})")
+    p.add_argument(
+        "--draft-model", type=Path, help=f"local HF model directory, same vocabulary (default {d['draft_model']})"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.add_argument("--config", type=Path, help="TOML file whose [generate] table supplies defaults")
+    p.set_defaults(func=_cmd_generate)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from node.decoding import generate
+
+    opts = resolve(args, "generate", GenerateConfig, SamplingParams)
+    opts["params"] = SamplingParams(**{k: opts.pop(k) for k in SAMPLING_FIELDS})
+    cfg = GenerateConfig(**opts)
+    if args.json:
+        print(json.dumps(generate(cfg)))
+        return 0
+    sys.stdout.write(cfg.prompt)
+    result = generate(cfg, on_text=lambda text: (sys.stdout.write(text), sys.stdout.flush()))
+    s = result["stats"]
+    print(
+        f"\n\n[{len(result['tokens'])} tokens, {s['tokens_per_second']} tok/s, {s['target_passes']} target passes, "
+        f"acceptance {s['acceptance_rate']:.2f}, {s['mean_accepted_length']:.2f} tokens/pass]",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def add_local_commands(sub) -> None:
+    _add_generate(sub)

@@ -1,0 +1,96 @@
+"""`specmarket ask`: one completion from a target node, over HTTP or libp2p, with its receipt checked.
+
+The answer's receipt (when the node is bonded) is verified before it is shown or saved: the
+signature, its hashes, and that it covers exactly the tokens received.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verifier.errors import InvalidParams
+from verifier.noise import MAX_SEED
+
+HTTP_SCHEMES = ("http://", "https://")
+
+
+@dataclass(frozen=True)
+class AskConfig:
+    """Every default of `specmarket ask`, written once (the CLI reads them from here)."""
+
+    prompt: str
+    target: str  # the target's multiaddr (/ip4/.../p2p/...) or http:// URL
+    seed: int | None = None  # None: the target draws one and reports it
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    receipt_out: Path | None = None  # save the verified receipt here
+
+    def __post_init__(self) -> None:
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise InvalidParams(f"--seed must be in [0, {MAX_SEED}], got {self.seed}")
+
+    @property
+    def over_http(self) -> bool:
+        return self.target.startswith(HTTP_SCHEMES)
+
+
+def ask(cfg: AskConfig, on_text: Callable[[str], None]) -> tuple[dict[str, Any], str]:
+    """Stream one completion; return its summary (job, tokens, seed, stats, credits, receipt) and
+    a line about the receipt ("" when the node is not bonded)."""
+    if cfg.over_http:
+        from node.client.http import stream_completion
+
+        summary = stream_completion(
+            cfg.target,
+            cfg.prompt,
+            max_tokens=cfg.max_new_tokens,
+            seed=cfg.seed,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            on_text=on_text,
+        )
+    else:
+        import trio
+
+        summary = trio.run(_ask_p2p, cfg, on_text)
+    return summary, check_receipt(summary, cfg.receipt_out)
+
+
+async def _ask_p2p(cfg: AskConfig, on_text: Callable[[str], None]) -> dict[str, Any]:
+    from node.client.p2p import ask_p2p, make_request
+
+    request = make_request(cfg.prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.seed)
+    done = await ask_p2p(cfg.target, request, on_text)
+    return {
+        "job": done.job,
+        "tokens": list(done.tokens),
+        "seed": done.seed,
+        "stats": done.stats,
+        "credits": done.credits,
+        "receipt": json.loads(done.receipt) if done.receipt else None,
+    }
+
+
+def check_receipt(summary: dict[str, Any], out: Path | None) -> str:
+    """Verify the answer's receipt (signature, hashes, and that it covers the tokens received);
+    save it to ``out``. Returns a line for the user ("" when the node is not bonded)."""
+    from node.chain.receipts import ReceiptError, SignedReceipt
+
+    data = summary.get("receipt")
+    if data is None:
+        if out is not None:
+            raise ReceiptError("the target sent no receipt (it is not bonded), so there is nothing to save")
+        return ""
+    signed = SignedReceipt.from_json(data)
+    signed.check()
+    if list(signed.output) != list(summary.get("tokens", [])):
+        raise ReceiptError("the receipt does not cover the tokens received")
+    if out is not None:
+        out.write_text(signed.dumps() + "\n")
+    saved = f", saved to {out}" if out is not None else ""
+    return f"[receipt signed by operator {signed.receipt.operator} on chain {signed.domain.chain_id}{saved}]"

@@ -1,0 +1,77 @@
+"""The target node's configuration: every default of `specmarket target` is written here, once.
+
+The CLI reads its defaults from these fields (``node.cli.options``), a ``[target]`` table of a TOML
+file may override them, and command-line flags override both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from market.policy import DEFAULT_DEADLINE_MS
+from node.chain.cheat import Cheat
+from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, parse_ether
+from node.chain.operator import OPERATOR_KEY_FILE, OperatorConfig
+from node.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from node.runtime import default_data_dir
+from p2p.host import DEFAULT_LISTEN
+from verifier.errors import InvalidParams
+from verifier.proposal import DEFAULT_GAMMA, MAX_GAMMA
+
+MAX_DRAFTERS = 64
+MAX_DEADLINE_MS = 60_000.0
+DEFAULT_HTTP = "127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    listen: str = DEFAULT_LISTEN  # libp2p listen multiaddr
+    http: str = DEFAULT_HTTP  # HTTP API HOST:PORT (port 0 = any free port)
+    data_dir: Path = field(default_factory=lambda: default_data_dir("target"))  # identity, ledger, receipts
+    gamma: int = DEFAULT_GAMMA  # draft tokens per round
+    draft_deadline_ms: float = DEFAULT_DEADLINE_MS  # the longest wait for drafts per round
+    max_drafters: int = 4  # drafters asked per job; 0 = plain decoding
+    # 32 tokens judge a drafter: an honest one (per-token match ~0.5-0.7) matches nothing in 8 rounds
+    # with probability ~0.3^8 < 1e-4, while a useless one costs half a 64-token trial
+    judge_after_tokens: int = 32
+    target_model: Path = DEFAULT_TARGET
+    draft_model: Path = DEFAULT_DRAFT  # loaded only for --cheat draft-model
+    chain: str | None = None  # JSON-RPC URL: bond there and sign a receipt for every answer; None: unbonded
+    deployments: Path = DEFAULT_DEPLOYMENTS_DIR
+    operator_key: Path | None = None  # default: DATA_DIR/keys/operator.key
+    bond: str | None = None  # ETH; None: the contract's minimum
+    cheat: Cheat = Cheat.NONE  # a DISHONEST operator, for tests and demos
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.gamma <= MAX_GAMMA:
+            raise InvalidParams(f"--gamma must be in [1, {MAX_GAMMA}], got {self.gamma}")
+        if not 0 < self.draft_deadline_ms <= MAX_DEADLINE_MS:
+            raise InvalidParams(
+                f"--draft-deadline-ms must be in (0, {MAX_DEADLINE_MS:.0f}], got {self.draft_deadline_ms}"
+            )
+        if not 0 <= self.max_drafters <= MAX_DRAFTERS:
+            raise InvalidParams(f"--max-drafters must be in [0, {MAX_DRAFTERS}], got {self.max_drafters}")
+        if self.cheat is not Cheat.NONE and not self.chain:
+            raise InvalidParams("--cheat only makes sense for a bonded node: add --chain RPC_URL")
+        self.http_host_port  # validates --http  # noqa: B018
+
+    @property
+    def http_host_port(self) -> tuple[str, int]:
+        host, sep, port = self.http.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise InvalidParams(f"--http must be HOST:PORT (port 0 = any free port), got {self.http!r}")
+        return host, int(port)
+
+    @property
+    def operator(self) -> OperatorConfig | None:
+        """How the node bonds; None for an unbonded node (no receipts)."""
+        if not self.chain:
+            return None
+        return OperatorConfig(
+            rpc=self.chain,
+            deployments_dir=Path(self.deployments),
+            key_file=Path(self.operator_key or Path(self.data_dir) / "keys" / OPERATOR_KEY_FILE),
+            bond_wei=parse_ether(self.bond) if self.bond is not None else None,
+            cheat=self.cheat,
+        )
