@@ -1,4 +1,4 @@
-"""Drafter registry, selection policy and accepted-token ledger (issue 3).
+"""Drafter registry, selection policy and accepted-token ledger.
 
 Holds no slashing logic: drafters risk only their effort. The market decides whom the target asks
 for drafts (``Policy.select``), whose arrived draft it verifies (``Policy.rank``), benches drafters
@@ -7,10 +7,11 @@ tokens per drafter on disk (``Ledger``). Pure Python: no network, no models, no 
 """
 
 from market.ledger import Ledger, LedgerEntry
-from market.policy import Policy, PolicyConfig
+from market.policy import DEFAULT_DEADLINE_MS, Policy, PolicyConfig
 from market.registry import DrafterInfo, DrafterStats, MarketError, Registry
 
 __all__ = [
+    "DEFAULT_DEADLINE_MS",
     "DrafterInfo",
     "DrafterStats",
     "Ledger",

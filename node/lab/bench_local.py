@@ -17,6 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from node.decoding import encode_prompt
+from node.lab.workload import BENCH_PROMPTS
 from node.models import ModelPair, load_pair
 from verifier.decode import DecodeResult, DecodeStats, decode
 from verifier.params import SamplingParams, token_probs
@@ -24,16 +25,6 @@ from verifier.proposers import LocalDraftProposer
 from verifier.theory import alpha_from_omega, expected_tokens, speedup
 from verifier.verify import Rule, noisy_scores, sample_token
 
-BENCH_PROMPTS = (
-    "import os\nimport sys\n\n\ndef main(",
-    "class Stack:\n    def __init__(self):\n        ",
-    "    for i in range(len(",
-    "def read_lines(path):\n    with open(path) as f:\n        ",
-    "import unittest\n\n\nclass TestParser(unittest.TestCase):\n    def test_",
-    "    if not isinstance(value, int):\n        raise TypeError(",
-    '"""Helpers for parsing command line options."""\n\nimport ',
-    "        except OSError as exc:\n            ",
-)
 TIMING_REPEATS = 30
 HF_ASSISTED = ("hf_assisted_constant", "hf_assisted_heuristic")
 COST_CONTEXT = 64  # context length at which single-pass costs are timed
@@ -48,7 +39,7 @@ class BenchConfig:
     out: Path = Path("bench_out/bench_local.json")
 
 
-def _time_runs(fn: Callable[[list[int], int], list[int]], prompts: list[list[int]]) -> tuple[float, list[list[int]]]:
+def time_runs(fn: Callable[[list[int], int], list[int]], prompts: list[list[int]]) -> tuple[float, list[list[int]]]:
     outputs, tokens, started = [], 0, time.perf_counter()
     for seed, ids in enumerate(prompts):
         out = fn(ids, seed)
@@ -78,7 +69,7 @@ def _specmarket_mode(pair, params, cfg, rule: Rule | None, results: list[DecodeR
     return run
 
 
-def _hf_mode(pair, params, cfg, assisted: bool, schedule: str):
+def hf_mode(pair, params, cfg, assisted: bool, schedule: str):
     import torch  # imported when benchmarking, not at CLI start-up
 
     def run(ids: list[int], seed: int) -> list[int]:
@@ -179,9 +170,9 @@ def _modes(pair, params, cfg, sink: dict[str, list[DecodeResult]]):
         "specmarket_leviathan": _specmarket_mode(
             pair, params, cfg, Rule.LEVIATHAN, sink.setdefault("specmarket_leviathan", [])
         ),
-        "hf_plain": _hf_mode(pair, params, cfg, assisted=False, schedule="constant"),
-        "hf_assisted_constant": _hf_mode(pair, params, cfg, assisted=True, schedule="constant"),
-        "hf_assisted_heuristic": _hf_mode(pair, params, cfg, assisted=True, schedule="heuristic"),
+        "hf_plain": hf_mode(pair, params, cfg, assisted=False, schedule="constant"),
+        "hf_assisted_constant": hf_mode(pair, params, cfg, assisted=True, schedule="constant"),
+        "hf_assisted_heuristic": hf_mode(pair, params, cfg, assisted=True, schedule="heuristic"),
     }
 
 
@@ -196,7 +187,7 @@ def bench_temperature(pair, prompts, cfg: BenchConfig, temperature: float, costs
     for _ in tqdm(range(cfg.repeats), desc=f"T={temperature}", unit="repeat", leave=False):
         for name, fn in modes.items():  # interleaved, so drift in machine speed hits every mode alike
             sink.get(name, []).clear()
-            tps, outputs[name] = _time_runs(fn, prompts)
+            tps, outputs[name] = time_runs(fn, prompts)
             samples[name].append(tps)
     for name in modes:
         rows[name] = {
@@ -260,7 +251,7 @@ def run_bench(cfg: BenchConfig) -> dict:
     costs = measure_costs(pair, cfg.gamma)
     temps = [bench_temperature(pair, prompts, cfg, t, costs) for t in cfg.temperatures]
     t1 = next((t for t in temps if t["temperature"] == 1.0), None)
-    plain_t1 = t1["plain_outputs"] if t1 else _time_runs(_modes(pair, SamplingParams(), cfg, {})["plain"], prompts)[1]
+    plain_t1 = t1["plain_outputs"] if t1 else time_runs(_modes(pair, SamplingParams(), cfg, {})["plain"], prompts)[1]
     report = {
         "gamma": cfg.gamma,
         "repeats": cfg.repeats,

@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from node.decoding import encode_prompt
-from node.lab.bench_local import BENCH_PROMPTS, HF_ASSISTED, _hf_mode, _time_runs, measure_costs
-from node.lab.procs import CHILD_ENV, ProcessGroup, start_drafter
+from node.drafter.strategies import DEFAULT_SLOW_MS
+from node.lab.bench_local import HF_ASSISTED, hf_mode, measure_costs, time_runs
+from node.lab.procs import CHILD_ENV, ProcessGroup, start_drafter, wait_for_drafters
 from node.lab.trio_thread import TrioThread
+from node.lab.workload import BENCH_PROMPTS
 from node.models import HFCausalLM, ModelPair, load_pair
 from node.runtime import sigterm_unwinds
 from node.target.engine import CompletionRequest, Engine
@@ -43,7 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HOSTILE = ("random", "adversarial", "lying", "slow", "garbage", "flaky")
-SLOW_MS = 1000
 STARTUP_TIMEOUT_S = 240.0  # seven drafter processes importing torch and libp2p on two cores
 ENGINE_MODES = ("plain", "local", "p2p_honest", "p2p_hostile")
 CHECKED = ("local", "p2p_honest", "p2p_hostile")  # must equal plain token for token (GUMBEL)
@@ -86,31 +87,28 @@ class Market:
         return _call(self.loop, node.registry.snapshot)
 
 
-def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_dir: Path) -> TargetNode:
-    from node.target.node import TargetConfig, TargetNode  # the libp2p and HTTP stacks, only when benchmarking
+def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_dir: Path) -> tuple[TargetNode, str]:
+    """A target node in this process (on ``loop``); returns it and its HTTP URL."""
+    from node.target.config import TargetConfig  # the libp2p and HTTP stacks, only when benchmarking
+    from node.target.node import TargetNode
 
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)  # its ERRORs about hostile peers are expected here
     tcfg = TargetConfig(http="127.0.0.1:0", data_dir=data_dir, gamma=cfg.gamma, draft_deadline_ms=cfg.draft_deadline_ms)
     node = TargetNode(tcfg, pair)
-    loop.start(node.run)
-    return node
-
-
-def _wait_known(loop: TrioThread, node: TargetNode, n: int, deadline: float) -> None:
-    while (known := _call(loop, len, node.registry)) < n:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the target knows {known} drafters, expected {n}")
-        time.sleep(0.2)
+    info, _ = loop.start(node.run)
+    return node, info["http"]
 
 
 @contextmanager
 def running_market(pair: ModelPair, cfg: P2PBenchConfig, tmp: Path) -> Iterator[Market]:
     """Two targets, one honest and six hostile drafter processes; all stopped on exit (Ctrl-C too)."""
-    loop, nodes = TrioThread(), []
+    loop, nodes, urls = TrioThread(), [], []
     try:
         with ProcessGroup() as group:
             for name in ("honest", "hostile"):
-                nodes.append(_start_target(loop, pair, cfg, tmp / f"target-{name}"))
+                node, url = _start_target(loop, pair, cfg, tmp / f"target-{name}")
+                nodes.append(node)
+                urls.append(url)
             strategies = ("honest", *HOSTILE)
             progress(f"starting {len(strategies)} drafter processes (OMP_NUM_THREADS=1)")
             starters = [
@@ -118,9 +116,8 @@ def running_market(pair: ModelPair, cfg: P2PBenchConfig, tmp: Path) -> Iterator[
                 for i, s in enumerate(strategies)
             ]
             started = group.start_all(starters)
-            deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            _wait_known(loop, nodes[0], 1, deadline)
-            _wait_known(loop, nodes[1], len(HOSTILE), deadline)
+            wait_for_drafters(urls[0], 1, STARTUP_TIMEOUT_S)
+            wait_for_drafters(urls[1], len(HOSTILE), STARTUP_TIMEOUT_S)
             peers = [d.lines["multiaddr"][0].rsplit("/", 1)[-1] for d in started]
             yield Market(loop, nodes[0], nodes[1], dict(zip(peers, strategies, strict=True)))
     finally:
@@ -131,7 +128,7 @@ def running_market(pair: ModelPair, cfg: P2PBenchConfig, tmp: Path) -> Iterator[
 
 
 def _drafter_flags(index: int) -> tuple[str, ...]:
-    return ("--slow-ms", str(SLOW_MS), "--seed", str(index))
+    return ("--seed", str(index))  # the slow drafter keeps its default delay, DEFAULT_SLOW_MS
 
 
 class _TimedLocalProposer(LocalDraftProposer):
@@ -181,9 +178,9 @@ def _modes(pair: ModelPair, params: SamplingParams, cfg, market: Market, engines
         name: _engine_mode(market.loop, engines[name], params, cfg, texts, sinks.setdefault(name, []))
         for name in ENGINE_MODES
     }
-    modes["hf_generate"] = _hf_mode(pair, params, cfg, assisted=False, schedule="constant")
+    modes["hf_generate"] = hf_mode(pair, params, cfg, assisted=False, schedule="constant")
     for name in HF_ASSISTED:
-        modes[name] = _hf_mode(pair, params, cfg, assisted=True, schedule=name.rsplit("_", 1)[-1])
+        modes[name] = hf_mode(pair, params, cfg, assisted=True, schedule=name.rsplit("_", 1)[-1])
     return modes
 
 
@@ -249,7 +246,7 @@ def _run_repeats(prompts: list[list[int]], cfg: P2PBenchConfig, market: Market, 
             jobs, timeouts = sinks.get(name), _timeouts(market, name)
             if jobs is not None:
                 jobs.clear()
-            tps, outputs[name] = _time_runs(fn, prompts)
+            tps, outputs[name] = time_runs(fn, prompts)
             misses = None if timeouts is None else _timeouts(market, name) - timeouts
             records[name].append(_repeat_record(tps, jobs, misses))
         first_job = first_job or _first_job(sinks)
@@ -370,7 +367,7 @@ def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
         "prompts": len(prompts),
         "max_drafters": market.hostile.cfg.max_drafters,
         "hostile_strategies": list(HOSTILE),
-        "slow_ms": SLOW_MS,
+        "slow_ms": DEFAULT_SLOW_MS,
         "drafter_env": CHILD_ENV,
         "target_torch_threads": torch.get_num_threads(),
         "load_average": load,

@@ -1,4 +1,4 @@
-"""`specmarket demo`: the local demo (until the networked demo exists).
+"""`specmarket demo`: the local demo, every drafter in one process (`make demo` runs the networked one).
 
 Shows, on the shipped pair and fixed prompts, that every drafter leaves the GUMBEL output
 identical to plain decoding, that an honest drafter cuts target passes, and that the textbook
@@ -15,15 +15,11 @@ from tqdm import tqdm
 
 from node.decoding import GenerateConfig, generate
 from node.lab.plots import write_theory_plots
+from node.lab.workload import LOCAL_DEMO_PROMPTS
 from node.models import load_pair
 from verifier.params import SamplingParams
 from verifier.verify import Rule
 
-DEMO_PROMPTS = (
-    "import os\nimport sys\n\n\ndef main(",
-    "class Stack:\n    def __init__(self):\n        ",
-    "    for i in range(len(",
-)
 DEMO_RUNS = (
     ("none", Rule.GUMBEL),
     ("honest", Rule.GUMBEL),
@@ -73,7 +69,7 @@ def run_demo(max_new_tokens: int, out: Path) -> int:
     for drafter, rule in tqdm(DEMO_RUNS, desc="demo runs", unit="config"):
         runs = [
             generate(replace(base, prompt=p, seed=i, drafter=drafter, rule=rule), pair)
-            for i, p in enumerate(DEMO_PROMPTS)
+            for i, p in enumerate(LOCAL_DEMO_PROMPTS)
         ]
         if drafter == "none":
             reference = [r["tokens"] for r in runs]
@@ -88,7 +84,7 @@ def run_demo(max_new_tokens: int, out: Path) -> int:
     print("(LEVIATHAN is exact only in distribution, and only for honest drafters: its samples differ from")
     print(" plain decoding even with the honest local draft; GUMBEL reproduces plain decoding exactly.)")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "demo.json").write_text(json.dumps({"rows": rows, "prompts": DEMO_PROMPTS}, indent=2))
+    (out / "demo.json").write_text(json.dumps({"rows": rows, "prompts": LOCAL_DEMO_PROMPTS}, indent=2))
     write_theory_plots([0.5, 0.7, 0.9], 0.1, 4, 2000, out)
     print(f"wrote {out / 'demo.json'} and theory plots in {out}/")
     return 0 if gumbel_ok else 1

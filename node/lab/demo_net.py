@@ -40,23 +40,17 @@ from node.lab.procs import (
     start_target,
     wait_for_drafters,
 )
+from node.lab.workload import MODES, NET_DEMO_PROMPTS
 from node.runtime import sigterm_unwinds
 
 log = logging.getLogger(__name__)
 
-DEMO_PROMPTS = (
-    "import os\nimport sys\n\n\ndef main(",
-    "class Stack:\n    def __init__(self):\n        ",
-    "    for i in range(len(",
-    "def parse_args(argv):\n    parser = argparse.",
-)
 DEMO_DRAFTERS = ("honest", "honest", "lying", "garbage")  # two honest peers, two hostile ones
 DEMO_TEMPERATURE = 0.8
 DEMO_GAMMA = 4
 QUICK_MAX_TOKENS = 16
 QUICK_PROMPTS = 2
 CHEAT = "flip-token"
-MODES = ("with_speculation", "without_speculation")
 VERDICT_TIMEOUT_S = 120.0
 REFEREE_OUTCOME_TIMEOUT_S = 30.0  # a resolved challenge: each referee has printed its outcome by now
 DRAFTERS_TIMEOUT_S = 60.0
@@ -68,7 +62,7 @@ WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 8
 class NetDemoConfig:
     out: Path = Path("demo_out") / "report"  # ignored; `make report` refreshes the committed report/
     max_tokens: int = 48
-    prompts: tuple[str, ...] = DEMO_PROMPTS
+    prompts: tuple[str, ...] = NET_DEMO_PROMPTS
     quick: bool = False  # CI: fewer prompts, tokens and forgery samples, same steps
     forgery_samples: int = 4000
 

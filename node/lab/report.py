@@ -14,10 +14,9 @@ from pathlib import Path
 from node.lab.gamma_sweep import measured_alpha
 from node.lab.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup_measured, plot_with_without
 from node.lab.trust import BondSizing
+from node.lab.workload import MODE_TITLES, MODES
 from verifier.theory import speedup
 
-MODES = ("with_speculation", "without_speculation")
-MODE_TITLES = {"with_speculation": "with speculation", "without_speculation": "without speculation"}
 PRICE_WEI_PER_TOKEN = 10**12  # assumption: an answer's fee, 10⁻⁶ ETH per output token
 AUDIT_RATE = 0.01  # assumption: challengers re-execute 1 answer in 100
 OMEGA_ROUNDS = 2000  # simulated rounds in the Ω-convergence plot

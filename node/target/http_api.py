@@ -35,7 +35,7 @@ from node.target.http_schema import (
     parse_json_object,
     render_metrics,
 )
-from verifier.errors import sole_error
+from verifier.errors import SpecmarketError, sole_error
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ DRAIN_SECONDS = 5.0
 GRACEFUL_SHUTDOWN_S = 2.0
 
 
-class ClientGone(Exception):
+class ClientGone(SpecmarketError):
     """The client disconnected before its response was complete."""
 
 

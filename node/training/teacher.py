@@ -232,7 +232,8 @@ def generate_answers(model_dir: Path, out_dir: Path, *, batch: int, max_new_toke
 
 def _chat_ids(tokenizer, text: str) -> list[int]:
     messages = [{"role": "user", "content": text}]
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+    encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(encoded["input_ids"])  # transformers 5 returns a BatchEncoding
 
 
 def main(argv: list[str] | None = None) -> int:
