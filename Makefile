@@ -12,7 +12,7 @@ NODE_STAMP := node_modules/.installed
 # when tests fail (foundry-rs/foundry#14781)
 FORGE  := tools/forge
 
-.PHONY: setup demo test test-contracts lint bench clean
+.PHONY: setup demo report test test-contracts lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,12 @@ $(NODE_STAMP): package.json package-lock.json
 
 setup: $(STAMP) $(NODE_STAMP)
 
+# the demo writes its report to demo_out/report/ (ignored); `make report` refreshes the committed report/
 demo: setup
 	$(BIN)/specmarket demo-net
+
+report: setup
+	$(BIN)/specmarket demo-net --out report
 
 test: setup test-contracts
 	$(BIN)/python -m pytest

@@ -1,4 +1,4 @@
-"""Exactness: the output distribution equals the target's, whatever the drafter does (DESIGN §2).
+"""Exactness: the output distribution equals the target's, whatever the drafter does (docs/design.md §2).
 
 Chi-square goodness of fit, fixed seeds, 50,000 samples per case, threshold p > 1e-3
 (tests/stats.py). Synthetic cases use a Markov LM whose exact joint distribution is known and run the
@@ -89,7 +89,7 @@ def test_leviathan_is_exact_for_honest_proposers(proposer_name):
 
 
 def test_leviathan_is_forged_by_a_lying_proposer_but_gumbel_is_not():
-    """DESIGN §2: claiming q(x) = 1e-9 makes min(1, p/q) = 1, so the forced token always wins."""
+    """docs/design.md §2: claiming q(x) = 1e-9 makes min(1, p/q) = 1, so the forced token always wins."""
     params = PARAM_CASES["T=1"]
     wanted = int(np.argmin(TABLE[0]))
     target_prob = token_probs(TABLE[0], params)[wanted]

@@ -2,7 +2,7 @@
 
 20 prompts x {honest, random, adversarial, lying, garbage} x T in {0, 0.8, 1.0}, same seed.
 A mismatch is only tolerated where plain decoding's top-two noisy scores nearly tie (margin below
-TOLERANCE_DELTA, DESIGN §4); every such flip is reported with its margin, never hidden.
+TOLERANCE_DELTA, docs/design.md §4); every such flip is reported with its margin, never hidden.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The counter-based noise PRF: golden values pin the construction bit for bit (DESIGN §2)."""
+"""The counter-based noise PRF: golden values pin the construction bit for bit (docs/design.md §2)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Counter-based Gumbel noise: the shared randomness of the GUMBEL rule (DESIGN §2).
+"""Counter-based Gumbel noise: the shared randomness of the GUMBEL rule (docs/design.md §2).
 
 Exact construction, reproducible bit for bit in any language:
 

@@ -79,7 +79,7 @@ class AdversarialProposer:
 
 class LyingProposer:
     """Always proposes ``wanted`` and claims q(wanted) = 1e-9. Under LEVIATHAN the acceptance
-    probability min(1, p/q) is then 1 whenever p(wanted) > 1e-9: the forgery of DESIGN §2.
+    probability min(1, p/q) is then 1 whenever p(wanted) > 1e-9: the forgery of docs/design.md §2.
     """
 
     name = "lying"

@@ -20,7 +20,7 @@ from verifier.errors import InvalidParams, InvalidProposal
 from verifier.noise import STREAM_ACCEPT, STREAM_GUMBEL, STREAM_RESIDUAL, gumbel, uniforms
 from verifier.params import SamplingParams, process_logits, token_probs
 
-# DESIGN §4: the numeric tolerance band, in units of noisy score (processed logit / T + Gumbel).
+# docs/design.md §4: the numeric tolerance band, in units of noisy score (processed logit / T + Gumbel).
 # A token counts as correct if its noisy score is within TOLERANCE_DELTA of the maximum, so float
 # differences between hardware or between 1-position and (γ+1)-position passes (measured: max 7.6e-6,
 # mean 7e-7 for the shipped target on CPU float32) can only flip a token inside the band. Shared by

@@ -2,7 +2,7 @@
 
 Both use the verifier's tolerance rule (``within_tolerance``, TOLERANCE_DELTA): a token is correct
 when its noisy score is within δ of the best at its position, so float noise between machines or
-between pass shapes never makes an honest answer look wrong (DESIGN §3, §4).
+between pass shapes never makes an honest answer look wrong (docs/design.md §3, §4).
 """
 
 from __future__ import annotations

@@ -106,12 +106,17 @@ def _add_bench(sub) -> None:
         help="benchmark plain / speculative / HF assisted generation side by side",
         description="One process, one run, same prompts and pair; prints ratios and writes JSON.",
     )
-    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"])
-    p.add_argument("--gamma", type=int, default=d["gamma"])
+    _bench_options(p, d)
+    p.set_defaults(func=_cmd_bench)
+
+
+def _bench_options(p: argparse.ArgumentParser, d: dict) -> None:
+    """The options bench-local and bench-p2p share, defaults from their config dataclass ``d``."""
+    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help=f"default {d['max_new_tokens']}")
+    p.add_argument("--gamma", type=int, default=d["gamma"], help=f"draft tokens per round (default {d['gamma']})")
     p.add_argument("--temperatures", type=float, nargs="+", default=list(d["temperatures"]))
     p.add_argument("--repeats", type=int, default=d["repeats"], help="interleaved repetitions (median)")
-    p.add_argument("--out", type=Path, default=d["out"], help="JSON output path")
-    p.set_defaults(func=_cmd_bench)
+    p.add_argument("--out", type=Path, default=d["out"], help=f"JSON output path (default {d['out']})")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -128,14 +133,10 @@ def _add_bench_p2p(sub) -> None:
         help="benchmark drafter peers over libp2p (honest, hostile) against plain, local and HF assisted",
         description="One process plus drafter processes, same prompts and pair; prints ratios and writes JSON.",
     )
-    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"])
-    p.add_argument("--gamma", type=int, default=d["gamma"])
-    p.add_argument("--temperatures", type=float, nargs="+", default=list(d["temperatures"]))
-    p.add_argument("--repeats", type=int, default=d["repeats"], help="interleaved repetitions (median)")
+    _bench_options(p, d)
     p.add_argument(
         "--draft-deadline-ms", type=float, default=d["draft_deadline_ms"], help="the targets' draft deadline"
     )
-    p.add_argument("--out", type=Path, default=d["out"], help="JSON output path")
     p.set_defaults(func=_cmd_bench_p2p)
 
 

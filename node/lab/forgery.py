@@ -1,6 +1,6 @@
 """The forgery row of the report: what a lying drafter does to the output distribution.
 
-DESIGN §2: under the textbook rule (Leviathan, Kalman & Matias 2023, Algorithm 1) a drafter that
+docs/design.md §2: under the textbook rule (Leviathan, Kalman & Matias 2023, Algorithm 1) a drafter that
 claims q(x) = 1e-9 for its token x gets it accepted with probability min(1, p(x)/q(x)) = 1, so it
 chooses the output. Under GUMBEL (sample-and-match) the drafter's claim is never read: the target
 samples y_k itself and only a draft equal to y_k is kept.

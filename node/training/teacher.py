@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import hashlib
 import itertools
 import json
@@ -175,14 +176,15 @@ def code_prompts(limit: int = 4000) -> list[Prompt]:
     return prompts[:limit]
 
 
-def all_prompts() -> list[Prompt]:
+@functools.cache
+def all_prompts() -> tuple[Prompt, ...]:
     """Chat and code prompts interleaved (so any prefix of the run has both), in a fixed order."""
     chat, code = chat_prompts(), code_prompts()
     random.Random(1).shuffle(chat)
     out: list[Prompt] = []
     for a, b in itertools.zip_longest(chat, code):
         out.extend(p for p in (a, b) if p is not None)
-    return out
+    return tuple(out)
 
 
 def _done_count(out_dir: Path) -> int:
