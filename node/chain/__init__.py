@@ -12,6 +12,7 @@ class ChainError(SpecmarketError):
 
 
 # the public API (after ChainError, which every module below imports from here)
+from node.chain.admin import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig  # noqa: E402
 from node.chain.anvil import AnvilProcess, ensure_anvil  # noqa: E402
 from node.chain.challenger import challenge_receipt  # noqa: E402
 from node.chain.cheat import Cheat  # noqa: E402
@@ -26,16 +27,20 @@ __all__ = [
     "AnvilProcess",
     "BondClient",
     "BondConfig",
+    "ChainConfig",
     "ChainError",
     "ChainRevert",
+    "ChallengeConfig",
     "ChallengeStatus",
     "Cheat",
+    "DeployConfig",
     "Deployment",
     "Operator",
     "OperatorConfig",
     "Receipt",
     "ReceiptError",
     "Referee",
+    "RefereeConfig",
     "RequestSpec",
     "SignedReceipt",
     "challenge_receipt",

@@ -1,4 +1,5 @@
-"""`specmarket chain up|deploy|status|down|withdraw`, `specmarket challenge`, `specmarket referee`.
+"""`specmarket chain up|deploy|status|down|withdraw|unbond|withdraw-bond|refund`, `challenge`, `referee`:
+arguments -> ChainConfig / DeployConfig / ChallengeConfig / RefereeConfig (node/chain/admin.py).
 
 Roles on a local anvil chain (chain id 31337) default to anvil's public dev accounts (deployer 0,
 referees 1-3, challenger 5); anywhere else every key must come from a file.
@@ -7,162 +8,92 @@ referees 1-3, challenger 5); anywhere else every key must come from a file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import logging
 import signal
 import threading
 from pathlib import Path
 
-from node.chain import ChainError
-from node.chain.anvil import ANVIL_CHAIN_ID, DEFAULT_RPC, chain_id_at, ensure_anvil, stop_detached
-from node.chain.deployment import (
-    DEFAULT_DEPLOYMENTS_DIR,
-    DEFAULT_THRESHOLD,
-    DEV_CHALLENGER,
-    DEV_DEPLOYER,
-    DEV_REFEREES,
-    BondConfig,
-    Deployment,
-    dev_address,
-    dev_key,
-    format_ether,
-    parse_ether,
-    require_dev_chain,
-)
-from node.chain.keys import read_key
-from node.models import DEFAULT_TARGET
-from node.runtime import default_data_dir, freeze_startup_heap
+from node.chain.admin import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
+from node.chain.deployment import DEFAULT_THRESHOLD, DEV_CHALLENGER, BondConfig, format_ether, parse_ether
+from node.cli.options import defaults
 
-log = logging.getLogger("specmarket")
+BOND_ETHER = {"min_bond": "min_bond", "challenger_bond": "challenger_bond", "slash": "slash_amount"}
+BOND_SECONDS = ("challenge_window", "resolve_timeout", "unbonding_delay")
+VERDICTS = {True: "operator at fault", False: "operator cleared", None: "cannot judge (other model)"}
 
 
-def _role_keys(files: list[Path] | None, chain_id: int, dev_indices: tuple[int, ...], role: str) -> list[bytes]:
-    if files:
-        return [read_key(f) for f in files]
-    require_dev_chain(chain_id, f"{role} key")
-    return [dev_key(i) for i in dev_indices]
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rpc", default=DEFAULT_RPC, help=f"Ethereum JSON-RPC URL (default {DEFAULT_RPC})")
-    p.add_argument(
-        "--deployments", type=Path, default=DEFAULT_DEPLOYMENTS_DIR, help="folder of <chainId>.json deployment files"
-    )
+def _chain(args: argparse.Namespace) -> ChainConfig:
+    base = ChainConfig()
+    return ChainConfig(args.rpc, args.deployments, getattr(args, "state_dir", None) or base.state_dir)
 
 
 def _client(args: argparse.Namespace):
-    from node.chain.client import BondClient, connect
+    from node.chain.admin import bond_client
 
-    w3 = connect(args.rpc)
-    return BondClient(w3, Deployment.load(args.deployments, int(w3.eth.chain_id)).address)
-
-
-def _state_dir(args: argparse.Namespace) -> Path:
-    return args.state_dir or default_data_dir("chain")
+    return bond_client(_chain(args))
 
 
-# ------------------------------------------------------------------------- chain up / deploy
-
-
-def _bond_config(args: argparse.Namespace) -> BondConfig:
-    base = BondConfig()
-    ether = {"min_bond": args.min_bond, "challenger_bond": args.challenger_bond, "slash_amount": args.slash}
-    seconds = {
-        "challenge_window": args.challenge_window,
-        "resolve_timeout": args.resolve_timeout,
-        "unbonding_delay": args.unbonding_delay,
-    }
-    fields = {k: parse_ether(v) for k, v in ether.items() if v is not None}
-    fields |= {k: int(v) for k, v in seconds.items() if v is not None}
+def _deploy_config(args: argparse.Namespace) -> DeployConfig:
+    given = {field: getattr(args, arg) for arg, field in BOND_ETHER.items() if getattr(args, arg) is not None}
+    fields = {field: parse_ether(value) for field, value in given.items()}
+    fields |= {name: getattr(args, name) for name in BOND_SECONDS if getattr(args, name) is not None}
     if args.reward_bps is not None:
         fields["challenger_reward_bps"] = args.reward_bps
-    return BondConfig(**{**base.__dict__, **fields})
+    bond = dataclasses.replace(BondConfig(), **fields)
+    return DeployConfig(args.deployer_key, tuple(args.referee or ()), args.threshold, bond)
 
 
-def deploy_fresh(args: argparse.Namespace) -> Deployment:
-    """Start anvil if nothing answers at --rpc, deploy SpecmarketBond, write deployments/<chainId>.json."""
-    from node.chain.client import connect, deploy
-
-    ensure_anvil(args.rpc, _state_dir(args))
-    w3 = connect(args.rpc)
-    chain_id = int(w3.eth.chain_id)
-    (deployer,) = _role_keys([args.deployer_key] if args.deployer_key else None, chain_id, (DEV_DEPLOYER,), "deployer")
-    referees = args.referee or ([dev_address(i) for i in DEV_REFEREES] if chain_id == ANVIL_CHAIN_ID else [])
-    if not referees:
-        raise ChainError("off a dev chain, name the referees with --referee ADDRESS (repeatable)")
-    threshold = args.threshold if args.threshold is not None else min(DEFAULT_THRESHOLD, len(referees))
-    deployment, tx = deploy(w3, deployer, _bond_config(args), referees, threshold)
-    path = deployment.save(args.deployments)
-    print(f"deployed SpecmarketBond at {deployment.address} on chain {chain_id} (gas {tx.gas_used}); wrote {path}")
-    return deployment
+# ------------------------------------------------------------------------- chain commands
 
 
 def _cmd_deploy(args: argparse.Namespace) -> int:
-    deploy_fresh(args)
+    from node.chain.admin import deploy_fresh
+
+    deployment, path, gas = deploy_fresh(_chain(args), _deploy_config(args))
+    print(f"deployed SpecmarketBond at {deployment.address} on chain {deployment.chain_id} (gas {gas}); wrote {path}")
     return 0
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    started = ensure_anvil(args.rpc, _state_dir(args))
-    chain_id = chain_id_at(args.rpc)
-    try:
-        _client(args)
-        print(f"chain {chain_id} at {args.rpc}: {'started' if started else 'already up'}; deployment current")
-    except ChainError as exc:  # no deployment file, or its contract is not on this chain (a fresh anvil)
-        log.info("deploying: %s", exc)
-        deploy_fresh(args)
+    from node.chain.admin import ensure_deployed
+    from node.chain.anvil import chain_id_at
+
+    started, deployed = ensure_deployed(_chain(args), _deploy_config(args))
+    state = "started" if started else "already up"
+    done = f"deployed SpecmarketBond at {deployed.address}" if deployed else "deployment current"
+    print(f"chain {chain_id_at(args.rpc)} at {args.rpc}: {state}; {done}")
     return 0
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
-    pid = stop_detached(_state_dir(args))
+    from node.chain.anvil import stop_detached
+
+    pid = stop_detached(_chain(args).state_dir)
     print(f"stopped anvil (pid {pid})" if pid else "no anvil started by `specmarket chain up` is running")
     return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from node.chain.client import connect
+    from node.chain.admin import chain_status
 
-    chain_id = chain_id_at(args.rpc)
-    if chain_id is None:
-        raise ChainError(f"nothing answers at {args.rpc}: run `specmarket chain up`")
-    client = _client(args)
-    cfg = client.config()
-    registered = client.events("OperatorRegistered")
-    status = {
-        "rpc": args.rpc,
-        "chain_id": chain_id,
-        "block": connect(args.rpc).eth.block_number,
-        "contract": client.address,
-        "config": {
-            **cfg.__dict__,
-            "min_bond": format_ether(cfg.min_bond),
-            "slash_amount": format_ether(cfg.slash_amount),
-        },
-        "referees": client.referees(),
-        "threshold": client.threshold(),
-        "operators": {e["operator"]: _operator_row(client, e["operator"]) for e in registered},
-        "challenges": len(client.events("ChallengeOpened")),
-    }
-    print(json.dumps(status, indent=2, default=str))
+    print(json.dumps(chain_status(_chain(args)), indent=2, default=str))
     return 0
 
 
-def _operator_row(client, address: str) -> dict:
-    info = client.operator_info(address)
-    return {"active": info.active, "bond": format_ether(info.bond), "open_challenges": info.open_challenges}
-
-
 def _cmd_withdraw(args: argparse.Namespace) -> int:
+    from node.chain.admin import role_key
+
     client = _client(args)
-    (key,) = _role_keys([args.key_file] if args.key_file else None, client.domain.chain_id, (args.dev_account,), "")
-    tx = client.withdraw(key)
+    tx = client.withdraw(role_key(args.key_file, client.domain.chain_id, args.dev_account, "account"))
     (event,) = client.decode_events(tx, "Withdrawn")
     print(f"withdrew {format_ether(event['amount'])} to {event['account']} (gas {tx.gas_used})")
     return 0
 
 
 def _cmd_unbond(args: argparse.Namespace) -> int:
+    from node.chain.keys import read_key
+
     client = _client(args)
     tx = client.send(read_key(args.key_file), "requestUnbond")
     (event,) = client.decode_events(tx, "UnbondRequested")
@@ -171,6 +102,8 @@ def _cmd_unbond(args: argparse.Namespace) -> int:
 
 
 def _cmd_withdraw_bond(args: argparse.Namespace) -> int:
+    from node.chain.keys import read_key
+
     client, key = _client(args), read_key(args.key_file)
     tx = client.send(key, "withdrawBond")  # releases the bond as a credit (pull payment) ...
     (event,) = client.decode_events(tx, "BondWithdrawn")
@@ -181,8 +114,10 @@ def _cmd_withdraw_bond(args: argparse.Namespace) -> int:
 
 
 def _cmd_refund(args: argparse.Namespace) -> int:
+    from node.chain.admin import role_key
+
     client = _client(args)
-    (key,) = _role_keys([args.key_file] if args.key_file else None, client.domain.chain_id, (DEV_CHALLENGER,), "")
+    key = role_key(args.key_file, client.domain.chain_id, DEV_CHALLENGER, "challenger")
     tx = client.send(key, "refundExpired", args.challenge_id)
     (event,) = client.decode_events(tx, "ChallengeExpired")
     print(f"challenge {args.challenge_id} expired: {format_ether(event['refunded'])} credited to {event['challenger']}")
@@ -193,25 +128,21 @@ def _cmd_refund(args: argparse.Namespace) -> int:
 
 
 def _cmd_challenge(args: argparse.Namespace) -> int:
-    from node.chain.challenger import challenge_receipt, read_receipt_file, wait_for_outcome
-    from node.models import load_model_dir, model_hash
+    from node.chain.admin import run_challenge
 
-    signed = read_receipt_file(args.receipt)
-    client = _client(args)
-    (key,) = _role_keys([args.key_file] if args.key_file else None, client.domain.chain_id, (DEV_CHALLENGER,), "")
-    model, _ = load_model_dir(args.target_model, "target")
-    report = challenge_receipt(client, key, model, model_hash(args.target_model), signed, force_position=args.position)
-    result = report.to_json()
-    if report.challenge_id is not None and args.wait:
-        result["outcome"] = wait_for_outcome(client, key, report.challenge_id, args.wait_s)
+    d = defaults(ChallengeConfig)
+    cfg = ChallengeConfig(
+        args.receipt, args.key_file, args.target_model or d["target_model"], args.position, args.wait, args.wait_s
+    )
+    result = run_challenge(_chain(args), cfg)
     if args.json:
         print(json.dumps(result))
-    elif report.challenge_id is None:
+    elif result["challenge_id"] is None:
         print(f"receipt is correct: all {result['tokens_checked']} tokens are within the tolerance band; nothing spent")
     else:
         print(
-            f"challenge {report.challenge_id} opened at position {report.position} "
-            f"(first token outside the band: {report.audit.first_wrong}; gas {report.gas_used})"
+            f"challenge {result['challenge_id']} opened at position {result['position']} "
+            f"(first token outside the band: {result['first_wrong']}; gas {result['gas_used']})"
         )
         if "outcome" in result:
             print(f"outcome: {result['outcome']}")
@@ -219,26 +150,24 @@ def _cmd_challenge(args: argparse.Namespace) -> int:
 
 
 def _cmd_referee(args: argparse.Namespace) -> int:
-    from node.chain.referee import Referee
-    from node.models import load_model_dir, model_hash
+    from node.chain.admin import open_referee
+    from node.runtime import freeze_startup_heap
 
-    client = _client(args)
-    keys = _role_keys(args.key_file, client.domain.chain_id, DEV_REFEREES, "referee")
-    model, tokenizer = load_model_dir(args.target_model, "target")
-    model.fork().extend([tokenizer.eos_token_id])  # warm up: the first forward pass is slow, not a verdict's cost
-    pool = args.pool or default_data_dir("referee") / "verdicts"
-    referee = Referee(client, keys, model, model_hash(args.target_model), pool)
+    d = defaults(RefereeConfig)
+    cfg = RefereeConfig(
+        tuple(args.key_file or ()), args.target_model or d["target_model"], args.pool or d["pool"], args.poll_s
+    )
+    referee = open_referee(_chain(args), cfg)
     freeze_startup_heap()
 
     def report(outcome) -> None:
         if args.json:
             print(f"outcome: {json.dumps(outcome.to_json())}", flush=True)
             return
-        verdict = {True: "operator at fault", False: "operator cleared", None: "cannot judge (other model)"}
         done = "resolved on chain" if outcome.resolved else f"{outcome.signatures} signature(s), no quorum yet"
         positions, seconds = outcome.target_positions, outcome.seconds
         cost = f" (re-executed {positions} target positions in {seconds:.3f} s)" if positions else ""
-        print(f"challenge {outcome.challenge_id}: {verdict[outcome.operator_at_fault]}; {done}{cost}", flush=True)
+        print(f"challenge {outcome.challenge_id}: {VERDICTS[outcome.operator_at_fault]}; {done}{cost}", flush=True)
 
     if args.once:
         for outcome in referee.run_once():
@@ -247,19 +176,30 @@ def _cmd_referee(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    print(f"referee: {client.address} on chain {client.domain.chain_id} (Ctrl-C stops)", flush=True)
-    referee.watch(stop, args.poll_s, on_outcome=report)
+    print(f"referee: {referee.client.address} on chain {referee.client.domain.chain_id} (Ctrl-C stops)", flush=True)
+    referee.watch(stop, cfg.poll_s, on_outcome=report)
     return 0
 
 
 # ------------------------------------------------------------------------- parsers
 
 
+def _common(p: argparse.ArgumentParser) -> None:
+    d = defaults(ChainConfig)
+    p.add_argument("--rpc", default=d["rpc"], help=f"Ethereum JSON-RPC URL (default {d['rpc']})")
+    p.add_argument(
+        "--deployments",
+        type=Path,
+        default=d["deployments"],
+        help=f"folder of <chainId>.json (default {d['deployments']})",
+    )
+
+
 def _add_chain(sub) -> None:
     p = sub.add_parser(
         "chain",
         help="local chain: start anvil, deploy the bond contract, show status",
-        description="Manage the local Anvil chain and the SpecmarketBond deployment (deployments/<chainId>.json).",
+        description="Manage the local Anvil chain and the SpecmarketBond deployment (DEPLOYMENTS/<chainId>.json).",
     )
     chain = p.add_subparsers(dest="chain_command", required=True)
     up = chain.add_parser("up", help="start anvil (detached) if nothing answers, deploy if not deployed there")
@@ -276,22 +216,24 @@ def _add_chain(sub) -> None:
         q.add_argument("--key-file", type=Path, required=True, help="operator key file (DATA_DIR/keys/operator.key)")
     refund.add_argument("challenge_id", type=int, help="the challenge id")
     refund.add_argument("--key-file", type=Path, help="the sender's key file (default on anvil: dev account 5)")
-    unbond.set_defaults(func=_cmd_unbond)
-    withdraw_bond.set_defaults(func=_cmd_withdraw_bond)
-    refund.set_defaults(func=_cmd_refund)
+    state_dir = defaults(ChainConfig)["state_dir"]
     for q in (up, deploy, down):
-        q.add_argument(
-            "--state-dir", type=Path, help="anvil's pid, log and state (default ~/.local/share/specmarket/chain)"
-        )
+        q.add_argument("--state-dir", type=Path, help=f"anvil's pid, log and state (default {state_dir})")
     for q in (up, deploy):
         _deploy_options(q)
     withdraw.add_argument("--key-file", type=Path, help="the account's private key file")
     withdraw.add_argument("--dev-account", type=int, default=DEV_CHALLENGER, help="anvil dev account (default 5)")
-    up.set_defaults(func=_cmd_up)
-    deploy.set_defaults(func=_cmd_deploy)
-    status.set_defaults(func=_cmd_status)
-    down.set_defaults(func=_cmd_down)
-    withdraw.set_defaults(func=_cmd_withdraw)
+    for q, func in (
+        (up, _cmd_up),
+        (deploy, _cmd_deploy),
+        (status, _cmd_status),
+        (down, _cmd_down),
+        (withdraw, _cmd_withdraw),
+        (unbond, _cmd_unbond),
+        (withdraw_bond, _cmd_withdraw_bond),
+        (refund, _cmd_refund),
+    ):
+        q.set_defaults(func=func)
 
 
 def _deploy_options(p: argparse.ArgumentParser) -> None:
@@ -309,6 +251,7 @@ def _deploy_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_challenge(sub) -> None:
+    d = defaults(ChallengeConfig)
     p = sub.add_parser(
         "challenge",
         help="audit a receipted answer and challenge it on chain if a token is wrong",
@@ -321,15 +264,18 @@ def _add_challenge(sub) -> None:
     _common(p)
     p.add_argument("--receipt", type=Path, required=True, help="receipt file (`specmarket ask --receipt-out`)")
     p.add_argument("--key-file", type=Path, help="challenger key file (default on anvil: dev account 5)")
-    p.add_argument("--target-model", type=Path, default=DEFAULT_TARGET, help="the committed target model directory")
+    p.add_argument("--target-model", type=Path, help=f"the committed target model (default {d['target_model']})")
     p.add_argument("--position", type=int, help="challenge this position whatever the audit says (a false challenge)")
     p.add_argument("--wait", action="store_true", help="wait for the verdict, then withdraw the challenger's credit")
-    p.add_argument("--wait-s", type=float, default=600.0, help="longest wait for the verdict (default 600)")
+    p.add_argument(
+        "--wait-s", type=float, default=d["wait_s"], help=f"longest wait for the verdict (default {d['wait_s']})"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_challenge)
 
 
 def _add_referee(sub) -> None:
+    d = defaults(RefereeConfig)
     p = sub.add_parser(
         "referee",
         help="judge wrong-token challenges: re-execute the disputed step, sign and submit verdicts",
@@ -341,9 +287,11 @@ def _add_referee(sub) -> None:
     )
     _common(p)
     p.add_argument("--key-file", type=Path, action="append", help="referee key file, repeatable (default: anvil 1-3)")
-    p.add_argument("--target-model", type=Path, default=DEFAULT_TARGET, help="the committed target model directory")
-    p.add_argument("--pool", type=Path, help="verdict pool shared by referee processes (default in the data dir)")
-    p.add_argument("--poll-s", type=float, default=1.0, help="seconds between looks at the chain (default 1)")
+    p.add_argument("--target-model", type=Path, help=f"the committed target model (default {d['target_model']})")
+    p.add_argument("--pool", type=Path, help=f"verdict pool shared by referee processes (default {d['pool']})")
+    p.add_argument(
+        "--poll-s", type=float, default=d["poll_s"], help=f"seconds between looks at the chain ({d['poll_s']})"
+    )
     p.add_argument("--once", action="store_true", help="handle the challenges open now, then exit")
     p.add_argument(
         "--json",

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.runtime import default_data_dir
 from node.training.corpus import split_corpus
 
 log = logging.getLogger(__name__)
@@ -242,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     from node.training.smollm2 import convert
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model-dir", type=Path, default=Path(".cache/models/smollm2-135m-instruct"))
-    p.add_argument("--out-dir", type=Path, default=Path(".cache/teacher/smollm2"))
+    base = default_data_dir("training")
+    p.add_argument("--model-dir", type=Path, default=base / "smollm2-135m-instruct", help="the converted target")
+    p.add_argument("--out-dir", type=Path, default=base / "teacher" / "smollm2", help="JSON-lines shards of answers")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.8)

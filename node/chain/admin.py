@@ -1,0 +1,175 @@
+"""Running the local chain: which deployment to talk to, whose keys to use, deploying, and status.
+
+Roles on a local anvil chain (chain id 31337) default to anvil's public dev accounts (deployer 0,
+referees 1-3, challenger 5); anywhere else every key must come from a file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from node.chain import ChainError
+from node.chain.anvil import ANVIL_CHAIN_ID, DEFAULT_RPC, chain_id_at, ensure_anvil
+from node.chain.challenger import challenge_receipt, read_receipt_file, wait_for_outcome
+from node.chain.client import BondClient, connect, deploy
+from node.chain.deployment import (
+    DEFAULT_DEPLOYMENTS_DIR,
+    DEFAULT_THRESHOLD,
+    DEV_CHALLENGER,
+    DEV_DEPLOYER,
+    DEV_REFEREES,
+    BondConfig,
+    Deployment,
+    dev_address,
+    dev_key,
+    format_ether,
+    require_dev_chain,
+)
+from node.chain.keys import read_key
+from node.chain.referee import DEFAULT_POLL_S, Referee
+from node.models import DEFAULT_TARGET, load_model_dir, model_hash
+from node.runtime import default_data_dir
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    """Where the chain and its deployment are: every default of the chain commands, written once."""
+
+    rpc: str = DEFAULT_RPC
+    deployments: Path = DEFAULT_DEPLOYMENTS_DIR  # folder of <chainId>.json deployment files
+    state_dir: Path = field(default_factory=lambda: default_data_dir("chain"))  # a detached anvil's pid, log, state
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """A new SpecmarketBond: its owner, referee set, quorum and bond parameters."""
+
+    deployer_key: Path | None = None  # default on anvil: dev account 0
+    referees: tuple[str, ...] = ()  # default on anvil: dev accounts 1-3
+    threshold: int | None = None  # default: min(DEFAULT_THRESHOLD, referees)
+    bond: BondConfig = field(default_factory=BondConfig)
+
+
+def role_keys(files: Sequence[Path] | None, chain_id: int, dev_indices: Sequence[int], role: str) -> list[bytes]:
+    """The keys in ``files``; without files, anvil's dev keys ``dev_indices`` (on anvil only)."""
+    if files:
+        return [read_key(f) for f in files]
+    require_dev_chain(chain_id, f"{role} key")
+    return [dev_key(i) for i in dev_indices]
+
+
+def role_key(file: Path | None, chain_id: int, dev_index: int, role: str) -> bytes:
+    return role_keys([file] if file else None, chain_id, (dev_index,), role)[0]
+
+
+def bond_client(chain: ChainConfig) -> BondClient:
+    """A client of the deployment recorded for the chain at ``chain.rpc``."""
+    w3 = connect(chain.rpc)
+    return BondClient(w3, Deployment.load(chain.deployments, int(w3.eth.chain_id)).address)
+
+
+def deploy_fresh(chain: ChainConfig, cfg: DeployConfig) -> tuple[Deployment, Path, int]:
+    """Start anvil if nothing answers, deploy SpecmarketBond, record it; (deployment, file, gas)."""
+    ensure_anvil(chain.rpc, chain.state_dir)
+    w3 = connect(chain.rpc)
+    chain_id = int(w3.eth.chain_id)
+    deployer = role_key(cfg.deployer_key, chain_id, DEV_DEPLOYER, "deployer")
+    referees = list(cfg.referees) or ([dev_address(i) for i in DEV_REFEREES] if chain_id == ANVIL_CHAIN_ID else [])
+    if not referees:
+        raise ChainError("off a dev chain, name the referees with --referee ADDRESS (repeatable)")
+    threshold = cfg.threshold if cfg.threshold is not None else min(DEFAULT_THRESHOLD, len(referees))
+    deployment, tx = deploy(w3, deployer, cfg.bond, referees, threshold)
+    return deployment, deployment.save(chain.deployments), tx.gas_used
+
+
+def ensure_deployed(chain: ChainConfig, cfg: DeployConfig) -> tuple[bool, Deployment | None]:
+    """`chain up`: start anvil if nothing answers and deploy unless the recorded deployment is
+    there; (anvil started, the new deployment or None when the recorded one is current)."""
+    started = ensure_anvil(chain.rpc, chain.state_dir)
+    try:
+        bond_client(chain)
+        return started, None
+    except ChainError as exc:  # no deployment file, or its contract is not on this chain (a fresh anvil)
+        log.info("deploying: %s", exc)
+        return started, deploy_fresh(chain, cfg)[0]
+
+
+def chain_status(chain: ChainConfig) -> dict[str, Any]:
+    """The chain, the contract, its config, referees, operators and challenge count (JSON-ready)."""
+    chain_id = chain_id_at(chain.rpc)
+    if chain_id is None:
+        raise ChainError(f"nothing answers at {chain.rpc}: run `specmarket chain up`")
+    client = bond_client(chain)
+    cfg = client.config()
+    return {
+        "rpc": chain.rpc,
+        "chain_id": chain_id,
+        "block": client.w3.eth.block_number,
+        "contract": client.address,
+        "config": {
+            **cfg.__dict__,
+            "min_bond": format_ether(cfg.min_bond),
+            "slash_amount": format_ether(cfg.slash_amount),
+        },
+        "referees": client.referees(),
+        "threshold": client.threshold(),
+        "operators": {e["operator"]: _operator_row(client, e["operator"]) for e in client.events("OperatorRegistered")},
+        "challenges": len(client.events("ChallengeOpened")),
+    }
+
+
+def _operator_row(client: BondClient, address: str) -> dict[str, Any]:
+    info = client.operator_info(address)
+    return {"active": info.active, "bond": format_ether(info.bond), "open_challenges": info.open_challenges}
+
+
+@dataclass(frozen=True)
+class RefereeConfig:
+    """Every default of `specmarket referee`, written once."""
+
+    key_files: tuple[Path, ...] = ()  # default on anvil: dev accounts 1-3
+    target_model: Path = DEFAULT_TARGET
+    pool: Path = field(default_factory=lambda: default_data_dir("referee") / "verdicts")  # shared verdict pool
+    poll_s: float = DEFAULT_POLL_S
+
+
+@dataclass(frozen=True)
+class ChallengeConfig:
+    """Every default of `specmarket challenge`, written once."""
+
+    receipt: Path
+    key_file: Path | None = None  # default on anvil: dev account 5
+    target_model: Path = DEFAULT_TARGET
+    position: int | None = None  # challenge this position whatever the audit says (a false challenge)
+    wait: bool = False  # wait for the verdict, then withdraw the challenger's credit
+    wait_s: float = 600.0
+
+
+def open_referee(chain: ChainConfig, cfg: RefereeConfig) -> Referee:
+    """A referee with its keys and the committed target model, warmed up (the first forward pass
+    is slow, and is no verdict's cost)."""
+    client = bond_client(chain)
+    keys = role_keys(cfg.key_files, client.domain.chain_id, DEV_REFEREES, "referee")
+    model, tokenizer = load_model_dir(cfg.target_model, "target")
+    model.fork().extend([tokenizer.eos_token_id])
+    return Referee(client, keys, model, model_hash(cfg.target_model), cfg.pool)
+
+
+def run_challenge(chain: ChainConfig, cfg: ChallengeConfig) -> dict[str, Any]:
+    """Audit the receipt, challenge its first wrong token (or spend nothing), optionally wait for
+    the outcome; the report as JSON (``challenge_id`` None when the receipt is correct)."""
+    signed = read_receipt_file(cfg.receipt)
+    client = bond_client(chain)
+    key = role_key(cfg.key_file, client.domain.chain_id, DEV_CHALLENGER, "challenger")
+    model, _ = load_model_dir(cfg.target_model, "target")
+    report = challenge_receipt(client, key, model, model_hash(cfg.target_model), signed, force_position=cfg.position)
+    result = report.to_json()
+    if report.challenge_id is not None and cfg.wait:
+        result["outcome"] = wait_for_outcome(client, key, report.challenge_id, cfg.wait_s)
+    return result
