@@ -23,13 +23,13 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
 
+from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import SpecmarketError
 
 log = logging.getLogger(__name__)
 
 KEYS_SUBDIR = "keys"
 IDENTITY_NAME = "identity"
-DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 MAX_CONNECTIONS = 256
 
 

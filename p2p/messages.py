@@ -23,6 +23,8 @@ from verifier.errors import SpecmarketError
 from verifier.noise import MAX_SEED
 from verifier.proposal import MAX_GAMMA
 
+DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"  # loopback, any free port: what hosts listen on unless told
+
 DRAFT_PROTOCOL_ID = "/specmarket/draft/1.0.0"
 GENERATE_PROTOCOL_ID = "/specmarket/generate/1.0.0"
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile

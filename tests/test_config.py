@@ -14,7 +14,7 @@ from node.cli import build_parser
 from node.cli.options import ConfigError, defaults, resolve
 from node.client.ask import AskConfig
 from node.decoding import GenerateConfig, generate
-from node.drafter.peer import DrafterConfig
+from node.drafter.config import DrafterConfig
 from node.target.config import TargetConfig
 from node.target.engine import CompletionRequest, Engine
 from p2p.messages import InvalidMessage, Open, Request, decode, encode

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,3 +133,12 @@ def test_one_root_exception():
                 if not issubclass(cls, SpecmarketError) and cls is not SpecmarketError:
                     strays.append(f"{_module_name(path)}.{node.name}")
     assert not strays, strays
+
+
+def test_the_cli_starts_without_the_heavy_stacks():
+    """Building the parser reads every role's config dataclass; none of them may pull in torch,
+    libp2p or web3 (each costs seconds of start-up, and `specmarket --help` needs none)."""
+    heavy = ("torch", "transformers", "libp2p", "web3", "eth_account")
+    code = f"import sys, node.cli; node.cli.build_parser(); print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -21,7 +21,8 @@ from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTr
 from libp2p.utils.varint import encode_uvarint
 
 from node.decoding import GenerateConfig, generate
-from node.drafter.peer import DrafterConfig, DrafterNode
+from node.drafter.config import DrafterConfig
+from node.drafter.peer import DrafterNode
 from node.lab.trio_thread import TrioThread
 from p2p.framing import FrameStream
 from p2p.host import make_host, parse_listen, parse_peer_addr

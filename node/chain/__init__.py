@@ -5,50 +5,45 @@ Only the target operator is bonded; drafters never appear here.
 """
 
 from verifier.errors import SpecmarketError
+from verifier.exports import lazy_exports
 
 
 class ChainError(SpecmarketError):
     """A chain that does not answer, a missing deployment, a reverted transaction, a bad receipt."""
 
 
-# the public API (after ChainError, which every module below imports from here)
-from node.chain.admin import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig  # noqa: E402
-from node.chain.anvil import AnvilProcess, ensure_anvil  # noqa: E402
-from node.chain.challenger import challenge_receipt  # noqa: E402
-from node.chain.cheat import Cheat  # noqa: E402
-from node.chain.client import BondClient, ChainRevert, ChallengeStatus, connect, deploy  # noqa: E402
-from node.chain.deployment import BondConfig, Deployment  # noqa: E402
-from node.chain.keys import load_or_create_key, read_key, write_key  # noqa: E402
-from node.chain.operator import Operator, OperatorConfig, open_operator  # noqa: E402
-from node.chain.receipts import Receipt, ReceiptError, RequestSpec, SignedReceipt  # noqa: E402
-from node.chain.referee import Referee  # noqa: E402
-
-__all__ = [
-    "AnvilProcess",
-    "BondClient",
-    "BondConfig",
-    "ChainConfig",
-    "ChainError",
-    "ChainRevert",
-    "ChallengeConfig",
-    "ChallengeStatus",
-    "Cheat",
-    "DeployConfig",
-    "Deployment",
-    "Operator",
-    "OperatorConfig",
-    "Receipt",
-    "ReceiptError",
-    "Referee",
-    "RefereeConfig",
-    "RequestSpec",
-    "SignedReceipt",
-    "challenge_receipt",
-    "connect",
-    "deploy",
-    "ensure_anvil",
-    "load_or_create_key",
-    "open_operator",
-    "read_key",
-    "write_key",
-]
+EXPORTS = {
+    "bond_client": "node.chain.admin",
+    "chain_status": "node.chain.admin",
+    "deploy_fresh": "node.chain.admin",
+    "open_referee": "node.chain.admin",
+    "run_challenge": "node.chain.admin",
+    "AnvilProcess": "node.chain.anvil",
+    "ensure_anvil": "node.chain.anvil",
+    "challenge_receipt": "node.chain.challenger",
+    "Cheat": "node.chain.cheat",
+    "BondClient": "node.chain.client",
+    "ChainRevert": "node.chain.client",
+    "ChallengeStatus": "node.chain.client",
+    "connect": "node.chain.client",
+    "deploy": "node.chain.client",
+    "ChainConfig": "node.chain.config",
+    "ChallengeConfig": "node.chain.config",
+    "DeployConfig": "node.chain.config",
+    "RefereeConfig": "node.chain.config",
+    "BondConfig": "node.chain.deployment",
+    "Deployment": "node.chain.deployment",
+    "load_or_create_key": "node.chain.keys",
+    "read_key": "node.chain.keys",
+    "write_key": "node.chain.keys",
+    "Operator": "node.chain.operator",
+    "OperatorConfig": "node.chain.operator",
+    "open_operator": "node.chain.operator",
+    "Receipt": "node.chain.receipts",
+    "ReceiptError": "node.chain.receipts",
+    "RequestSpec": "node.chain.receipts",
+    "SignedReceipt": "node.chain.receipts",
+    "Referee": "node.chain.referee",
+}
+__all__ = sorted(["ChainError", *EXPORTS])
+__getattr__ = lazy_exports(__name__, EXPORTS)

@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from node.chain import ChainError
-from node.chain.anvil import ANVIL_CHAIN_ID, DEFAULT_RPC, chain_id_at, ensure_anvil
+from node.chain.anvil import ANVIL_CHAIN_ID, chain_id_at, ensure_anvil
 from node.chain.challenger import challenge_receipt, read_receipt_file, wait_for_outcome
 from node.chain.client import BondClient, connect, deploy
+from node.chain.config import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
 from node.chain.deployment import (
-    DEFAULT_DEPLOYMENTS_DIR,
     DEFAULT_THRESHOLD,
     DEV_CHALLENGER,
     DEV_DEPLOYER,
     DEV_REFEREES,
-    BondConfig,
     Deployment,
     dev_address,
     dev_key,
@@ -30,30 +28,10 @@ from node.chain.deployment import (
     require_dev_chain,
 )
 from node.chain.keys import read_key
-from node.chain.referee import DEFAULT_POLL_S, Referee
-from node.models import DEFAULT_TARGET, load_model_dir, model_hash
-from node.runtime import default_data_dir
+from node.chain.referee import Referee
+from node.models import load_model_dir, model_hash
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ChainConfig:
-    """Where the chain and its deployment are: every default of the chain commands, written once."""
-
-    rpc: str = DEFAULT_RPC
-    deployments: Path = DEFAULT_DEPLOYMENTS_DIR  # folder of <chainId>.json deployment files
-    state_dir: Path = field(default_factory=lambda: default_data_dir("chain"))  # a detached anvil's pid, log, state
-
-
-@dataclass(frozen=True)
-class DeployConfig:
-    """A new SpecmarketBond: its owner, referee set, quorum and bond parameters."""
-
-    deployer_key: Path | None = None  # default on anvil: dev account 0
-    referees: tuple[str, ...] = ()  # default on anvil: dev accounts 1-3
-    threshold: int | None = None  # default: min(DEFAULT_THRESHOLD, referees)
-    bond: BondConfig = field(default_factory=BondConfig)
 
 
 def role_keys(files: Sequence[Path] | None, chain_id: int, dev_indices: Sequence[int], role: str) -> list[bytes]:
@@ -127,28 +105,6 @@ def chain_status(chain: ChainConfig) -> dict[str, Any]:
 def _operator_row(client: BondClient, address: str) -> dict[str, Any]:
     info = client.operator_info(address)
     return {"active": info.active, "bond": format_ether(info.bond), "open_challenges": info.open_challenges}
-
-
-@dataclass(frozen=True)
-class RefereeConfig:
-    """Every default of `specmarket referee`, written once."""
-
-    key_files: tuple[Path, ...] = ()  # default on anvil: dev accounts 1-3
-    target_model: Path = DEFAULT_TARGET
-    pool: Path = field(default_factory=lambda: default_data_dir("referee") / "verdicts")  # shared verdict pool
-    poll_s: float = DEFAULT_POLL_S
-
-
-@dataclass(frozen=True)
-class ChallengeConfig:
-    """Every default of `specmarket challenge`, written once."""
-
-    receipt: Path
-    key_file: Path | None = None  # default on anvil: dev account 5
-    target_model: Path = DEFAULT_TARGET
-    position: int | None = None  # challenge this position whatever the audit says (a false challenge)
-    wait: bool = False  # wait for the verdict, then withdraw the challenger's credit
-    wait_s: float = 600.0
 
 
 def open_referee(chain: ChainConfig, cfg: RefereeConfig) -> Referee:

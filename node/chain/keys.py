@@ -15,6 +15,7 @@ log = logging.getLogger(__name__)
 
 KEY_BYTES = 32
 KEY_FILE_MODE = 0o600
+OPERATOR_KEY_FILE = "operator.key"  # in DATA_DIR/keys/ of a bonded target
 
 
 def read_key(path: Path) -> bytes:

@@ -29,7 +29,6 @@ from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens
 log = logging.getLogger(__name__)
 
 RECEIPTS_FILE = "receipts.sqlite"
-OPERATOR_KEY_FILE = "operator.key"
 GAS_RESERVE_WEI = ETHER  # what a dev-chain operator is funded with on top of its bond, for gas
 
 

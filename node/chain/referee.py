@@ -20,13 +20,13 @@ from web3.exceptions import Web3Exception
 from node.chain import ChainError
 from node.chain.audit import Judgement, judge_step
 from node.chain.client import BondClient, ChainRevert, ChallengeStatus
+from node.chain.config import DEFAULT_POLL_S
 from node.chain.receipts import MICROS, sign_verdict, verdict_signable
 from node.models import HFCausalLM
 from verifier.params import SamplingParams
 
 log = logging.getLogger(__name__)
 
-DEFAULT_POLL_S = 1.0
 MAX_SIG_FILE_BYTES = 256
 
 

@@ -14,7 +14,7 @@ import signal
 import threading
 from pathlib import Path
 
-from node.chain.admin import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
+from node.chain.config import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
 from node.chain.deployment import DEFAULT_THRESHOLD, DEV_CHALLENGER, BondConfig, format_ether, parse_ether
 from node.cli.options import defaults
 

@@ -12,10 +12,8 @@ import logging
 from pathlib import Path
 
 from node.cli.options import defaults
-from node.lab.bench_local import BenchConfig
-from node.lab.bench_p2p import P2PBenchConfig
-from node.lab.demo_net import MAX_DEMO_TOKENS, NetDemoConfig
-from node.training.pipeline import PipelineConfig
+from node.lab.config import MAX_DEMO_TOKENS, BenchConfig, NetDemoConfig, P2PBenchConfig
+from node.training.config import PipelineConfig
 
 THEORY_ALPHAS = (0.5, 0.7, 0.8, 0.9)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from node.chain.cheat import Cheat
 from node.cli.options import defaults, resolve
 from node.client.ask import AskConfig
-from node.drafter.peer import DrafterConfig
+from node.drafter.config import DrafterConfig
 from node.drafter.strategies import STRATEGIES
 from node.runtime import node_logging, serve_until_signalled
 from node.target.config import TargetConfig

@@ -1,18 +1,18 @@
 """Clients of a target node: `ask` over HTTP (OpenAI-compatible) or libp2p, with the answer's
 receipt checked before it is shown or saved."""
 
-from node.client.ask import AskConfig, ask, check_receipt
-from node.client.http import ClientError, complete, http_json, stream_completion
-from node.client.p2p import AskFailed, ask_p2p
+from verifier.exports import lazy_exports
 
-__all__ = [
-    "AskConfig",
-    "AskFailed",
-    "ClientError",
-    "ask",
-    "ask_p2p",
-    "check_receipt",
-    "complete",
-    "http_json",
-    "stream_completion",
-]
+EXPORTS = {
+    "AskConfig": "node.client.ask",
+    "ask": "node.client.ask",
+    "check_receipt": "node.client.ask",
+    "ClientError": "node.client.http",
+    "complete": "node.client.http",
+    "http_json": "node.client.http",
+    "stream_completion": "node.client.http",
+    "AskFailed": "node.client.p2p",
+    "ask_p2p": "node.client.p2p",
+}
+__all__ = sorted(EXPORTS)
+__getattr__ = lazy_exports(__name__, EXPORTS)

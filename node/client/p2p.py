@@ -10,8 +10,8 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.exceptions import BaseLibp2pError
 
 from p2p.framing import FrameStream, StreamFailed
-from p2p.host import DEFAULT_LISTEN, make_host, parse_listen, parse_peer_addr
-from p2p.messages import GENERATE_PROTOCOL_ID, TO_CLIENT, Chunk, Done, Error, InvalidMessage, Request
+from p2p.host import make_host, parse_listen, parse_peer_addr
+from p2p.messages import DEFAULT_LISTEN, GENERATE_PROTOCOL_ID, TO_CLIENT, Chunk, Done, Error, InvalidMessage, Request
 from verifier.errors import SpecmarketError
 from verifier.noise import MAX_SEED
 

@@ -4,7 +4,14 @@ Drafters post no bond and are never slashed. ``STRATEGIES`` are the honest one a
 behaviours used by tests and demos; none of them can change the target's output.
 """
 
-from node.drafter.peer import DrafterConfig, DrafterNode, ProtocolViolation
-from node.drafter.strategies import DEFAULT_SLOW_MS, STRATEGIES
+from verifier.exports import lazy_exports
 
-__all__ = ["DEFAULT_SLOW_MS", "STRATEGIES", "DrafterConfig", "DrafterNode", "ProtocolViolation"]
+EXPORTS = {
+    "DrafterConfig": "node.drafter.config",
+    "DrafterNode": "node.drafter.peer",
+    "ProtocolViolation": "node.drafter.peer",
+    "DEFAULT_SLOW_MS": "node.drafter.strategies",
+    "STRATEGIES": "node.drafter.strategies",
+}
+__all__ = sorted(EXPORTS)
+__getattr__ = lazy_exports(__name__, EXPORTS)

@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.utils.varint import encode_uvarint
 
+from node.drafter.config import DrafterConfig
 from node.drafter.strategies import (
-    DEFAULT_SLOW_MS,
-    STRATEGIES,
     Behaviour,
     garbage_frames,
     make_behaviour,
     make_proposer,
 )
-from node.models import DEFAULT_DRAFT, HFCausalLM, load_model_dir, tokenizer_fingerprint
-from node.runtime import default_data_dir
+from node.models import HFCausalLM, load_model_dir, tokenizer_fingerprint
 from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamFailed
-from p2p.host import DEFAULT_LISTEN, parse_peer_addr, peer_addrs, running_host
+from p2p.host import parse_peer_addr, peer_addrs, running_host
 from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, Draft, InvalidMessage, Open
 from verifier.decode import Proposer
 from verifier.errors import InvalidParams, SpecmarketError
@@ -42,30 +39,6 @@ log = logging.getLogger(__name__)
 SESSION_IDLE_TIMEOUT_S = 300.0  # a target silent this long has abandoned the job
 SEND_TIMEOUT_S = 5.0
 MAX_SESSIONS = 32
-MAX_THREADS = 256
-
-
-@dataclass(frozen=True)
-class DrafterConfig:
-    """Every default of `specmarket drafter`, written once (the CLI reads them from here)."""
-
-    bootstrap: str  # the target's multiaddr, ending in /p2p/<peer id>
-    model: Path = DEFAULT_DRAFT  # draft model directory
-    strategy: str = "honest"
-    data_dir: Path = field(default_factory=lambda: default_data_dir("drafter"))  # identity key
-    listen: str = DEFAULT_LISTEN
-    slow_ms: int = DEFAULT_SLOW_MS  # delay of the slow strategy
-    seed: int = 0  # for the random strategy and flaky's drop point
-    threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise InvalidParams(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-        if self.slow_ms < 0:
-            raise InvalidParams(f"--slow-ms must be >= 0, got {self.slow_ms}")
-        if not 1 <= self.threads <= MAX_THREADS:
-            raise InvalidParams(f"--threads must be in [1, {MAX_THREADS}], got {self.threads}")
-        parse_peer_addr(self.bootstrap)  # fail at start, not on first dial
 
 
 class ProtocolViolation(SpecmarketError):

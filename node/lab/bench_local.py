@@ -10,13 +10,12 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from node.decoding import encode_prompt
+from node.lab.config import BenchConfig
 from node.lab.workload import BENCH_PROMPTS
 from node.models import ModelPair, load_pair
 from verifier.decode import DecodeResult, DecodeStats, decode
@@ -28,15 +27,6 @@ from verifier.verify import Rule, noisy_scores, sample_token
 TIMING_REPEATS = 30
 HF_ASSISTED = ("hf_assisted_constant", "hf_assisted_heuristic")
 COST_CONTEXT = 64  # context length at which single-pass costs are timed
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    max_new_tokens: int = 64
-    gamma: int = 4
-    temperatures: tuple[float, ...] = (0.0, 1.0)
-    repeats: int = 3  # interleaved repetitions; the median tok/s is reported
-    out: Path = Path("bench_out/bench_local.json")
 
 
 def time_runs(fn: Callable[[list[int], int], list[int]], prompts: list[list[int]]) -> tuple[float, list[list[int]]]:

@@ -29,6 +29,7 @@ import trio
 from node.decoding import encode_prompt
 from node.drafter.strategies import DEFAULT_SLOW_MS
 from node.lab.bench_local import HF_ASSISTED, hf_mode, measure_costs, time_runs
+from node.lab.config import P2PBenchConfig
 from node.lab.procs import CHILD_ENV, ProcessGroup, start_drafter, wait_for_drafters
 from node.lab.trio_thread import TrioThread
 from node.lab.workload import BENCH_PROMPTS
@@ -52,16 +53,6 @@ AIMS = {"p2p_honest_vs_best_hf_assisted": 1.0, "p2p_hostile_vs_plain": 0.9}
 MEDIANS = ("acceptance_rate", "mean_accepted_length", "target_passes", "draft_wait_ms_per_round")
 PER_REPEAT = ("tokens_per_second", "draft_empty_rounds", "deadline_misses")
 SNAPSHOT_DROPPED = ("addrs", "seen_ago_s", "known_for_s")  # registry fields the report leaves out
-
-
-@dataclass(frozen=True)
-class P2PBenchConfig:
-    max_new_tokens: int = 64
-    gamma: int = 4
-    temperatures: tuple[float, ...] = (0.0, 1.0)
-    repeats: int = 3  # interleaved repetitions; the median is reported
-    draft_deadline_ms: float = 100.0
-    out: Path = Path("bench_out/bench_p2p.json")
 
 
 def progress(message: str) -> None:

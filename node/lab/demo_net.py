@@ -23,13 +23,13 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
 
 from node.client.http import complete, http_json
+from node.lab.config import NetDemoConfig
 from node.lab.procs import (
     STARTUP_TIMEOUT_S,
     NodeProcess,
@@ -40,7 +40,7 @@ from node.lab.procs import (
     start_target,
     wait_for_drafters,
 )
-from node.lab.workload import MODES, NET_DEMO_PROMPTS
+from node.lab.workload import MODES
 from node.runtime import sigterm_unwinds
 
 log = logging.getLogger(__name__)
@@ -48,28 +48,11 @@ log = logging.getLogger(__name__)
 DEMO_DRAFTERS = ("honest", "honest", "lying", "garbage")  # two honest peers, two hostile ones
 DEMO_TEMPERATURE = 0.8
 DEMO_GAMMA = 4
-QUICK_MAX_TOKENS = 16
-QUICK_PROMPTS = 2
 CHEAT = "flip-token"
 VERDICT_TIMEOUT_S = 120.0
 REFEREE_OUTCOME_TIMEOUT_S = 30.0  # a resolved challenge: each referee has printed its outcome by now
 DRAFTERS_TIMEOUT_S = 60.0
-MAX_DEMO_TOKENS = 256  # the shipped target has a 512-position window; the prompts take a few dozen
 WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 8
-
-
-@dataclass(frozen=True)
-class NetDemoConfig:
-    out: Path = Path("demo_out") / "report"  # ignored; `make report` refreshes the committed report/
-    max_tokens: int = 48
-    prompts: tuple[str, ...] = NET_DEMO_PROMPTS
-    quick: bool = False  # CI: fewer prompts, tokens and forgery samples, same steps
-    forgery_samples: int = 4000
-
-    def effective(self) -> NetDemoConfig:
-        if not self.quick:
-            return self
-        return NetDemoConfig(self.out, min(self.max_tokens, QUICK_MAX_TOKENS), self.prompts[:QUICK_PROMPTS], True, 1000)
 
 
 def step(message: str) -> None:

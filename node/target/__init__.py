@@ -5,22 +5,19 @@ the OpenAI-compatible HTTP API on one trio loop; ``Engine`` runs jobs (one KV ca
 shared weights) and signs a receipt for every answer when the node is bonded.
 """
 
-from node.target.config import TargetConfig
-from node.target.engine import CompletionRequest, CompletionResult, Engine
-from node.target.http_api import build_app, serve_http
-from node.target.market import MarketDrafting
-from node.target.node import TargetNode
-from node.target.rounds import MarketProposer, RemoteSession
+from verifier.exports import lazy_exports
 
-__all__ = [
-    "CompletionRequest",
-    "CompletionResult",
-    "Engine",
-    "MarketDrafting",
-    "MarketProposer",
-    "RemoteSession",
-    "TargetConfig",
-    "TargetNode",
-    "build_app",
-    "serve_http",
-]
+EXPORTS = {
+    "TargetConfig": "node.target.config",
+    "CompletionRequest": "node.target.engine",
+    "CompletionResult": "node.target.engine",
+    "Engine": "node.target.engine",
+    "build_app": "node.target.http_api",
+    "serve_http": "node.target.http_api",
+    "MarketDrafting": "node.target.market",
+    "TargetNode": "node.target.node",
+    "MarketProposer": "node.target.rounds",
+    "RemoteSession": "node.target.rounds",
+}
+__all__ = sorted(EXPORTS)
+__getattr__ = lazy_exports(__name__, EXPORTS)

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from market.policy import DEFAULT_DEADLINE_MS
 from node.chain.cheat import Cheat
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, parse_ether
-from node.chain.operator import OPERATOR_KEY_FILE, OperatorConfig
+from node.chain.keys import OPERATOR_KEY_FILE
 from node.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from node.runtime import default_data_dir
-from p2p.host import DEFAULT_LISTEN
+from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
 from verifier.proposal import DEFAULT_GAMMA, MAX_GAMMA
+
+if TYPE_CHECKING:
+    from node.chain.operator import OperatorConfig
 
 MAX_DRAFTERS = 64
 MAX_DEADLINE_MS = 60_000.0
@@ -66,6 +70,8 @@ class TargetConfig:
     @property
     def operator(self) -> OperatorConfig | None:
         """How the node bonds; None for an unbonded node (no receipts)."""
+        from node.chain.operator import OperatorConfig  # web3 and eth_account: only for a bonded node
+
         if not self.chain:
             return None
         return OperatorConfig(

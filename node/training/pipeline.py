@@ -12,14 +12,14 @@ import platform
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from node.runtime import default_data_dir
 from node.training import corpus
+from node.training.config import PipelineConfig
 from node.training.loop import (
     DRAFT_SHAPE,
     TARGET_SHAPE,
@@ -31,16 +31,6 @@ from node.training.loop import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    out_dir: Path = field(default_factory=lambda: default_data_dir("training") / "models")  # models/ to replace
-    work_dir: Path = field(default_factory=lambda: default_data_dir("training") / "work")  # stage checkpoints
-    target_steps: int = 1300
-    draft_steps: int = 600
-    batch_size: int = 8
-    threads: int = 2
 
 
 def _tokenizer(cfg: PipelineConfig, split: corpus.CorpusSplit):

@@ -1,0 +1,56 @@
+"""The chain side's configuration: every default of the chain commands, `challenge` and `referee`,
+written once (the CLI reads its defaults from these fields). Importing it loads no web3."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from node.chain.anvil import DEFAULT_RPC
+from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, BondConfig
+from node.models import DEFAULT_TARGET
+from node.runtime import default_data_dir
+
+DEFAULT_POLL_S = 1.0  # a referee's look at the chain
+DEFAULT_WAIT_S = 600.0  # a challenger's longest wait for the verdict
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    """Where the chain and its deployment are: every default of the chain commands, written once."""
+
+    rpc: str = DEFAULT_RPC
+    deployments: Path = DEFAULT_DEPLOYMENTS_DIR  # folder of <chainId>.json deployment files
+    state_dir: Path = field(default_factory=lambda: default_data_dir("chain"))  # a detached anvil's pid, log, state
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """A new SpecmarketBond: its owner, referee set, quorum and bond parameters."""
+
+    deployer_key: Path | None = None  # default on anvil: dev account 0
+    referees: tuple[str, ...] = ()  # default on anvil: dev accounts 1-3
+    threshold: int | None = None  # default: min(DEFAULT_THRESHOLD, referees)
+    bond: BondConfig = field(default_factory=BondConfig)
+
+
+@dataclass(frozen=True)
+class RefereeConfig:
+    """Every default of `specmarket referee`, written once."""
+
+    key_files: tuple[Path, ...] = ()  # default on anvil: dev accounts 1-3
+    target_model: Path = DEFAULT_TARGET
+    pool: Path = field(default_factory=lambda: default_data_dir("referee") / "verdicts")  # shared verdict pool
+    poll_s: float = DEFAULT_POLL_S
+
+
+@dataclass(frozen=True)
+class ChallengeConfig:
+    """Every default of `specmarket challenge`, written once."""
+
+    receipt: Path
+    key_file: Path | None = None  # default on anvil: dev account 5
+    target_model: Path = DEFAULT_TARGET
+    position: int | None = None  # challenge this position whatever the audit says (a false challenge)
+    wait: bool = False  # wait for the verdict, then withdraw the challenger's credit
+    wait_s: float = DEFAULT_WAIT_S

@@ -1,0 +1,43 @@
+"""The drafter peer's configuration: every default of `specmarket drafter` is written here, once.
+
+The CLI reads its defaults from these fields (``node.cli.options``); a ``[drafter]`` table of a
+TOML file may override them, and command-line flags override both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from node.drafter.strategies import DEFAULT_SLOW_MS, STRATEGIES
+from node.models import DEFAULT_DRAFT
+from node.runtime import default_data_dir
+from p2p.messages import DEFAULT_LISTEN
+from verifier.errors import InvalidParams
+
+MAX_THREADS = 256
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """Every default of `specmarket drafter`, written once (the CLI reads them from here)."""
+
+    bootstrap: str  # the target's multiaddr, ending in /p2p/<peer id>
+    model: Path = DEFAULT_DRAFT  # draft model directory
+    strategy: str = "honest"
+    data_dir: Path = field(default_factory=lambda: default_data_dir("drafter"))  # identity key
+    listen: str = DEFAULT_LISTEN
+    slow_ms: int = DEFAULT_SLOW_MS  # delay of the slow strategy
+    seed: int = 0  # for the random strategy and flaky's drop point
+    threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise InvalidParams(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        if self.slow_ms < 0:
+            raise InvalidParams(f"--slow-ms must be >= 0, got {self.slow_ms}")
+        if not 1 <= self.threads <= MAX_THREADS:
+            raise InvalidParams(f"--threads must be in [1, {MAX_THREADS}], got {self.threads}")
+        from p2p.host import parse_peer_addr  # libp2p: only when a drafter is configured
+
+        parse_peer_addr(self.bootstrap)  # fail at start, not on first dial

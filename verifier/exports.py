@@ -1,0 +1,25 @@
+"""Lazy public APIs (PEP 562) for the packages' ``__init__`` files.
+
+A package lists its public names and the module each comes from; a name is imported on first use.
+So ``from node.target import TargetConfig`` (what the CLI needs to build its parser) does not load
+libp2p, torch and web3 along with the rest of the package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """The module-level ``__getattr__`` for ``package``: ``exports`` maps each public name to the
+    module that defines it."""
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(module), name)
+
+    return __getattr__
