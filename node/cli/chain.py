@@ -24,8 +24,8 @@ VERDICTS = {True: "operator at fault", False: "operator cleared", None: "cannot 
 
 
 def _chain(args: argparse.Namespace) -> ChainConfig:
-    base = ChainConfig()
-    return ChainConfig(args.rpc, args.deployments, getattr(args, "state_dir", None) or base.state_dir)
+    """--rpc, --deployments and --state-dir where the command has them, else the defaults."""
+    return ChainConfig(**{key: getattr(args, key, None) or value for key, value in defaults(ChainConfig).items()})
 
 
 def _client(args: argparse.Namespace):

@@ -1,4 +1,4 @@
-"""PNG plots for `specmarket theory` and the demo's report (report/)."""
+"""PNG plots for `specmarket theory` and the demo's report."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The demo's report: report/README.md, its PNGs and demo_net.json, from one run's measurements.
+"""The demo's report: README.md, its PNGs and demo_net.json (in demo_out/report/, or report/ for
+the committed example), from one run's measurements.
 
 Every number in the report is computed here from what `node.lab.demo_net` measured in that run; the
 only inputs that are not measured are the two named assumptions of the bond sizing
@@ -11,6 +12,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from node.chain.deployment import ETHER
 from node.lab.gamma_sweep import measured_alpha
 from node.lab.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup_measured, plot_with_without
 from node.lab.trust import BondSizing
@@ -20,7 +22,7 @@ from verifier.theory import speedup
 PRICE_WEI_PER_TOKEN = 10**12  # assumption: an answer's fee, 10⁻⁶ ETH per output token
 AUDIT_RATE = 0.01  # assumption: challengers re-execute 1 answer in 100
 OMEGA_ROUNDS = 2000  # simulated rounds in the Ω-convergence plot
-ETH = 10**18
+
 TRUST_NOTES = (
     "Re-execution is the challenger's audit: plain decoding replayed on the answer's own tokens in one "
     "teacher-forced pass (timed after a warm-up, fastest of 3). Each referee process re-executes only the "
@@ -110,7 +112,7 @@ def _seconds(value: float) -> str:
 
 
 def _eth(wei: float) -> str:
-    return f"{wei / ETH:.6g} ETH"
+    return f"{wei / ETHER:.6g} ETH"
 
 
 def _side_by_side(label_rows: list[tuple[str, str, Callable]], data: dict[str, dict]) -> str:
