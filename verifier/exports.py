@@ -12,14 +12,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
-    """The module-level ``__getattr__`` for ``package``: ``exports`` maps each public name to the
-    module that defines it."""
+def lazy_exports(package: str, exports: Mapping[str, tuple[str, ...]]) -> tuple[Callable[[str], Any], list[str]]:
+    """The module-level ``__getattr__`` and ``__all__`` of ``package``; ``exports`` maps each
+    module to the public names it defines."""
+    where = {name: module for module, names in exports.items() for name in names}
 
     def __getattr__(name: str) -> Any:
-        module = exports.get(name)
+        module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         return getattr(importlib.import_module(module), name)
 
-    return __getattr__
+    return __getattr__, sorted(where)

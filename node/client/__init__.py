@@ -4,15 +4,8 @@ receipt checked before it is shown or saved."""
 from verifier.exports import lazy_exports
 
 EXPORTS = {
-    "AskConfig": "node.client.ask",
-    "ask": "node.client.ask",
-    "check_receipt": "node.client.ask",
-    "ClientError": "node.client.http",
-    "complete": "node.client.http",
-    "http_json": "node.client.http",
-    "stream_completion": "node.client.http",
-    "AskFailed": "node.client.p2p",
-    "ask_p2p": "node.client.p2p",
+    "node.client.ask": ("AskConfig", "ask", "check_receipt"),
+    "node.client.http": ("ClientError", "complete", "http_json", "stream_completion"),
+    "node.client.p2p": ("AskFailed", "ask_p2p"),
 }
-__all__ = sorted(EXPORTS)
-__getattr__ = lazy_exports(__name__, EXPORTS)
+__getattr__, __all__ = lazy_exports(__name__, EXPORTS)

@@ -7,11 +7,8 @@ behaviours used by tests and demos; none of them can change the target's output.
 from verifier.exports import lazy_exports
 
 EXPORTS = {
-    "DrafterConfig": "node.drafter.config",
-    "DrafterNode": "node.drafter.peer",
-    "ProtocolViolation": "node.drafter.peer",
-    "DEFAULT_SLOW_MS": "node.drafter.strategies",
-    "STRATEGIES": "node.drafter.strategies",
+    "node.drafter.config": ("DrafterConfig",),
+    "node.drafter.peer": ("DrafterNode", "ProtocolViolation"),
+    "node.drafter.strategies": ("DEFAULT_SLOW_MS", "STRATEGIES"),
 }
-__all__ = sorted(EXPORTS)
-__getattr__ = lazy_exports(__name__, EXPORTS)
+__getattr__, __all__ = lazy_exports(__name__, EXPORTS)

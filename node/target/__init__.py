@@ -8,16 +8,11 @@ shared weights) and signs a receipt for every answer when the node is bonded.
 from verifier.exports import lazy_exports
 
 EXPORTS = {
-    "TargetConfig": "node.target.config",
-    "CompletionRequest": "node.target.engine",
-    "CompletionResult": "node.target.engine",
-    "Engine": "node.target.engine",
-    "build_app": "node.target.http_api",
-    "serve_http": "node.target.http_api",
-    "MarketDrafting": "node.target.market",
-    "TargetNode": "node.target.node",
-    "MarketProposer": "node.target.rounds",
-    "RemoteSession": "node.target.rounds",
+    "node.target.config": ("TargetConfig",),
+    "node.target.engine": ("CompletionRequest", "CompletionResult", "Engine"),
+    "node.target.http_api": ("build_app", "serve_http"),
+    "node.target.market": ("MarketDrafting",),
+    "node.target.node": ("TargetNode",),
+    "node.target.rounds": ("MarketProposer", "RemoteSession"),
 }
-__all__ = sorted(EXPORTS)
-__getattr__ = lazy_exports(__name__, EXPORTS)
+__getattr__, __all__ = lazy_exports(__name__, EXPORTS)
