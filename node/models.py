@@ -131,3 +131,30 @@ def model_hash(path: Path | str) -> bytes:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         lines.append(f"{file.relative_to(path).as_posix()} {digest}\n")
     return hashlib.sha256("".join(lines).encode()).digest()
+
+
+def prepack_linears(model) -> int:
+    """Replace every ``nn.Linear`` of ``model`` by oneDNN's prepacked fp32 version (weights laid
+    out once for its GEMM kernels: ``torch.utils.mkldnn.MkldnnLinear``); returns how many.
+
+    Still fp32: the logits change only by summation order, which ``bench-target`` measures as
+    drift between pass shapes. A kernel choice, not a default: see docs/target-performance.md.
+    """
+    import torch
+    from torch.utils.mkldnn import MkldnnLinear
+
+    class Prepacked(torch.nn.Module):
+        def __init__(self, linear: torch.nn.Linear) -> None:
+            super().__init__()
+            self.inner = MkldnnLinear(linear, torch.float32)
+
+        def forward(self, x):  # [..., d_in] -> [..., d_out]; oneDNN takes 2-D input
+            return self.inner(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(parent, name, Prepacked(child))
+                swapped += 1
+    return swapped

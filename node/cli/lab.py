@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from node.cli.options import defaults
-from node.lab.config import MAX_DEMO_TOKENS, BenchConfig, NetDemoConfig, P2PBenchConfig
+from node.lab.config import KERNELS, MAX_DEMO_TOKENS, BenchConfig, NetDemoConfig, P2PBenchConfig, TargetBenchConfig
 from node.training.config import PipelineConfig
 
 THEORY_ALPHAS = (0.5, 0.7, 0.8, 0.9)
@@ -148,6 +148,41 @@ def _cmd_bench_p2p(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench_target(sub) -> None:
+    d = defaults(TargetBenchConfig)
+    p = sub.add_parser(
+        "bench-target",
+        help="one target pass against its memory-bandwidth floor: t(1), v(γ), shape drift, per kernel and threads",
+        description=(
+            "Measure the read bandwidth, the floor (weight bytes / bandwidth), t_target(1) and "
+            "v(γ) = t_target(γ+1)/t_target(1), and the logit drift between pass shapes, for each kernel and "
+            "thread count, in one run; prints the table and writes JSON."
+        ),
+    )
+    p.add_argument(
+        "--model-dir", type=Path, default=d["model_dir"], help=f"HF model directory (default {d['model_dir']})"
+    )
+    p.add_argument("--threads", type=_positive, nargs="+", default=list(d["threads"]), help="torch thread counts")
+    p.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(d["kernels"]), help="linear-layer kernels")
+    p.add_argument(
+        "--max-gamma", type=_positive, default=d["max_gamma"], help=f"v(γ) for γ = 1..N (default {d['max_gamma']})"
+    )
+    p.add_argument(
+        "--repeats", type=_positive, default=d["repeats"], help=f"passes per timing (default {d['repeats']})"
+    )
+    p.add_argument("--out", type=Path, default=d["out"], help=f"JSON output path (default {d['out']})")
+    p.set_defaults(func=_cmd_bench_target)
+
+
+def _cmd_bench_target(args: argparse.Namespace) -> int:
+    from node.lab.bench_target import run_bench_target
+
+    kernels = tuple(k for k in KERNELS if k in args.kernels)  # plain before prepacked (prepacking is in place)
+    cfg = TargetBenchConfig(args.model_dir, tuple(args.threads), kernels, args.max_gamma, args.repeats, args.out)
+    run_bench_target(cfg)
+    return 0
+
+
 def _add_train(sub) -> None:
     d = defaults(PipelineConfig)
     p = sub.add_parser(
@@ -190,4 +225,5 @@ def add_lab_commands(sub) -> None:
     _add_demo_net(sub)
     _add_bench(sub)
     _add_bench_p2p(sub)
+    _add_bench_target(sub)
     _add_train(sub)

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from node.decoding import encode_prompt
 from node.lab.config import BenchConfig
 from node.lab.workload import BENCH_PROMPTS
-from node.models import ModelPair, load_pair
+from node.models import HFCausalLM, ModelPair, load_pair
 from verifier.decode import DecodeResult, DecodeStats, decode
 from verifier.params import SamplingParams, token_probs
 from verifier.proposers import LocalDraftProposer
@@ -94,30 +94,30 @@ def _summarise(results: list[DecodeResult]) -> dict:
     }
 
 
-def _median_seconds(fn: Callable[[], object]) -> float:
+def median_seconds(fn: Callable[[], object], repeats: int = TIMING_REPEATS) -> float:
     samples = []
-    for _ in range(TIMING_REPEATS):
+    for _ in range(repeats):
         started = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - started)
     return statistics.median(samples)
 
 
+def pass_seconds(model: HFCausalLM, n: int, repeats: int = TIMING_REPEATS) -> float:
+    """Median seconds of one n-position pass on a warm cache of COST_CONTEXT tokens (then rolled back)."""
+    model.reset()
+    model.extend(list(range(1, COST_CONTEXT + 1)))
+
+    def once() -> None:
+        model.extend(list(range(7, 7 + n)))
+        model.rollback(n)
+
+    return median_seconds(once, repeats)
+
+
 def measure_costs(pair: ModelPair, gamma: int) -> dict:
     """t_target(1), t_target(γ+1), t_draft(1) with a warm cache of COST_CONTEXT tokens."""
-    context = list(range(1, COST_CONTEXT + 1))
-
-    def timed(model, n: int) -> float:
-        model.reset()
-        model.extend(context)
-
-        def once():
-            model.extend(list(range(7, 7 + n)))
-            model.rollback(n)
-
-        return _median_seconds(once)
-
-    t1, tg, td = timed(pair.target, 1), timed(pair.target, gamma + 1), timed(pair.draft, 1)
+    t1, tg, td = pass_seconds(pair.target, 1), pass_seconds(pair.target, gamma + 1), pass_seconds(pair.draft, 1)
     return {
         "t_target_1_ms": t1 * 1e3,
         "t_target_gamma1_ms": tg * 1e3,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from market.policy import DEFAULT_DEADLINE_MS
 from node.lab.workload import NET_DEMO_PROMPTS
+from node.models import DEFAULT_TARGET
 from verifier.proposal import DEFAULT_GAMMA
 
 MAX_DEMO_TOKENS = 256  # the shipped target has a 512-position window; the prompts take a few dozen
@@ -49,3 +50,16 @@ class P2PBenchConfig:
     repeats: int = 3  # interleaved repetitions; the median is reported
     draft_deadline_ms: float = DEFAULT_DEADLINE_MS
     out: Path = Path("bench_out/bench_p2p.json")
+
+
+KERNELS = ("plain", "prepacked")  # nn.Linear as loaded; oneDNN prepacked fp32 weights (node.models.prepack_linears)
+
+
+@dataclass(frozen=True)
+class TargetBenchConfig:
+    model_dir: Path = DEFAULT_TARGET  # any local HF causal-LM directory (e.g. the converted SmolLM2-135M)
+    threads: tuple[int, ...] = (1, 2)
+    kernels: tuple[str, ...] = KERNELS
+    max_gamma: int = 8
+    repeats: int = 15  # passes per timing; the median is reported
+    out: Path = Path("bench_out/bench_target.json")
