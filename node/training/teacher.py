@@ -19,6 +19,7 @@ import json
 import logging
 import random
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,9 @@ def chat_prompts() -> list[Prompt]:
 
 def _documented_functions(path: Path) -> Iterator[tuple[str, str, str]]:
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        with warnings.catch_warnings():  # some stdlib test files hold deliberately odd escapes
+            warnings.simplefilter("ignore")
+            tree = ast.parse(path.read_text(encoding="utf-8"))
     except (SyntaxError, UnicodeDecodeError, ValueError):
         return
     for node in ast.walk(tree):
