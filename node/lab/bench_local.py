@@ -10,6 +10,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -260,7 +261,12 @@ def run_bench(cfg: BenchConfig) -> dict:
         ],
     }
     _print_report(report)
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    cfg.out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {cfg.out}")
+    write_json(cfg.out, report)
     return report
+
+
+def write_json(out: Path, report: dict) -> None:
+    """A benchmark's JSON report, and the line that says where it went."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {out}")

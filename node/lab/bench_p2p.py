@@ -10,7 +10,6 @@ against plain decoding. Aims (not tests): honest p2p >= 1.0x best HF assisted; h
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import statistics
@@ -28,7 +27,7 @@ import trio
 
 from node.decoding import encode_prompt
 from node.drafter.strategies import DEFAULT_SLOW_MS
-from node.lab.bench_local import HF_ASSISTED, hf_mode, measure_costs, time_runs
+from node.lab.bench_local import HF_ASSISTED, hf_mode, measure_costs, time_runs, write_json
 from node.lab.config import P2PBenchConfig
 from node.lab.procs import CHILD_ENV, ProcessGroup, start_drafter, wait_for_drafters
 from node.lab.trio_thread import TrioThread
@@ -369,9 +368,7 @@ def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
     _print_report(report, cfg)
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    cfg.out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {cfg.out}")
+    write_json(cfg.out, report)
     mismatches = [(t["temperature"], m["mode"], m["repeat"], m["prompt"]) for t in temps for m in t["mismatches"]]
     if mismatches:
         raise AssertionError(f"speculative output differs from plain decoding (T, mode, repeat, prompt): {mismatches}")

@@ -17,12 +17,11 @@ Ratios are printed side by side; nothing here is a test.
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
 
-from node.lab.bench_local import COST_CONTEXT, median_seconds, pass_seconds
+from node.lab.bench_local import COST_CONTEXT, median_seconds, pass_seconds, write_json
 from node.lab.config import TargetBenchConfig
 from node.models import HFCausalLM, load_model_dir, prepack_linears
 
@@ -100,9 +99,7 @@ def run_bench_target(cfg: TargetBenchConfig) -> dict:
         "wall_seconds": round(time.perf_counter() - started, 1),
     }
     _print_report(report, cfg)
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    cfg.out.write_text(json.dumps(report, indent=2))
-    print(f"\nwrote {cfg.out}")
+    write_json(cfg.out, report)
     return report
 
 
