@@ -13,7 +13,6 @@ from p2p.framing import FrameStream, StreamFailed
 from p2p.host import make_host, parse_listen, parse_peer_addr
 from p2p.messages import DEFAULT_LISTEN, GENERATE_PROTOCOL_ID, TO_CLIENT, Chunk, Done, Error, InvalidMessage, Request
 from verifier.errors import SpecmarketError
-from verifier.noise import MAX_SEED
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +58,5 @@ async def _exchange(fs: FrameStream, request: Request, on_text: Callable[[str], 
 
 
 def make_request(prompt: str, max_new_tokens: int, temperature: float, top_p: float, seed: int | None) -> Request:
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise AskFailed(f"--seed must be in [0, {MAX_SEED}]")
+    """The generation request (the seed's bound is checked by AskConfig, before anything is sent)."""
     return Request(prompt, max_new_tokens, temperature, 0, top_p, seed)

@@ -18,7 +18,6 @@ from node.models import HFCausalLM
 # about 2 FLOPs per parameter per scored position (the attention-context term, 2·n_layer·n_ctx·d,
 # is left out: it is small at these context lengths).
 FLOPS_PER_PARAM_PER_POSITION = 2
-BPS = 10_000
 AUDIT_REPEATS = 3
 
 
@@ -122,8 +121,3 @@ class BondSizing:
             "min_bond_wei": self.min_bond_wei,
             "challenge_cost_wei": self.challenge_cost_wei,
         }
-
-
-def reward_wei(slash_wei: int, reward_bps: int) -> int:
-    """The challenger's share of a slash (its own bond comes back on top)."""
-    return slash_wei * reward_bps // BPS
