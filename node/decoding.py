@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.models import DEFAULT_DRAFT, DEFAULT_TARGET, ModelPair, load_pair
+from node.models import ModelPair, load_pair
+from node.pairs import DEFAULT_PAIR, get_pair
 from verifier.decode import DecodeResult, Proposer, decode
 from verifier.errors import ContextTooLong, InvalidParams
 from verifier.params import SamplingParams
@@ -32,10 +33,12 @@ class GenerateConfig:
     gamma: int = DEFAULT_GAMMA
     drafter: str = "honest"
     rule: Rule = Rule.GUMBEL
-    target_model: Path = DEFAULT_TARGET
-    draft_model: Path = DEFAULT_DRAFT
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+    target_model: Path | None = None  # default: the pair's target
+    draft_model: Path | None = None  # default: the pair's draft
 
     def __post_init__(self) -> None:
+        get_pair(self.pair)
         if self.drafter not in DRAFTERS:
             raise InvalidParams(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
 
@@ -86,7 +89,9 @@ def run_decode(pair: ModelPair, cfg: GenerateConfig, prompt_ids: list[int], on_t
 def generate(cfg: GenerateConfig, pair: ModelPair | None = None, on_text=None) -> dict:
     """Run one generation and return the JSON-ready result (tokens, text, stats)."""
     if pair is None:
-        pair = load_pair(cfg.target_model, cfg.draft_model if cfg.drafter == "honest" else None)
+        named = get_pair(cfg.pair)
+        draft = named.draft_dir(cfg.draft_model) if cfg.drafter == "honest" else None
+        pair = load_pair(named.target_dir(cfg.target_model), draft)
     pair.target.reset()
     if pair.draft is not None:
         pair.draft.reset()

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from node.pairs import CACHE_DIR, CONVERTED_MARKER, PAIRS, SETUP_COMMAND
 from verifier.errors import ContextTooLong, ModelMismatch, SpecmarketError
 
 log = logging.getLogger(__name__)
 
-MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
-DEFAULT_TARGET = MODELS_DIR / "target"
-DEFAULT_DRAFT = MODELS_DIR / "draft"
+TINY_TARGET = PAIRS["tiny"].target
+TINY_DRAFT = PAIRS["tiny"].draft
 
 
 class ModelLoadError(SpecmarketError):
@@ -80,19 +80,21 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def load_model_dir(path: Path | str, name: str) -> tuple[HFCausalLM, object]:
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # loading a local 20 MB model needs no progress bar
 
     path = Path(path)
+    hint = f" (it is prepared by `{SETUP_COMMAND}`)" if path.resolve().is_relative_to(CACHE_DIR) else ""
     if not (path / "config.json").is_file():
-        raise ModelLoadError(f"{name} model directory {path} has no config.json (not a HF model directory?)")
+        raise ModelLoadError(f"{name} model directory {path} has no config.json (not a HF model directory?){hint}")
     try:
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load {name} model from {path}: {exc}") from exc
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise ModelLoadError(f"cannot load {name} model from {path}: {exc}{hint}") from exc
     return HFCausalLM(model, name), tokenizer
 
 
@@ -104,7 +106,7 @@ class ModelPair:
     fingerprint: str
 
 
-def load_pair(target_dir: Path | str = DEFAULT_TARGET, draft_dir: Path | str | None = DEFAULT_DRAFT) -> ModelPair:
+def load_pair(target_dir: Path | str = TINY_TARGET, draft_dir: Path | str | None = TINY_DRAFT) -> ModelPair:
     """Load a target (and optionally a draft); a vocabulary mismatch is a ModelMismatch error."""
     target, tokenizer = load_model_dir(target_dir, "target")
     fingerprint = tokenizer_fingerprint(tokenizer)
@@ -122,12 +124,13 @@ def load_pair(target_dir: Path | str = DEFAULT_TARGET, draft_dir: Path | str | N
 
 def model_hash(path: Path | str) -> bytes:
     """The 32-byte model commitment an operator bonds and signs receipts for: sha256 over the sorted
-    ``name sha256(file)`` lines of every file in the model directory (weights, config, tokenizer)."""
+    ``name sha256(file)`` lines of every file in the model directory (weights, config, tokenizer),
+    except a conversion's record (``CONVERTED_MARKER``), which describes the model and holds this hash."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"model directory {path} has no config.json")
     lines = []
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != CONVERTED_MARKER):
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         lines.append(f"{file.relative_to(path).as_posix()} {digest}\n")
     return hashlib.sha256("".join(lines).encode()).digest()

@@ -9,15 +9,15 @@ import numpy as np
 
 from node.lab.bench_target import run_bench_target, shape_drift, weight_bytes
 from node.lab.config import KERNELS, TargetBenchConfig
-from node.models import DEFAULT_TARGET, load_model_dir, prepack_linears
+from node.models import TINY_TARGET, load_model_dir, prepack_linears
 from verifier.verify import TOLERANCE_DELTA
 
 
 def test_bench_target_reports_floor_costs_and_drift(tmp_path):
-    cfg = TargetBenchConfig(DEFAULT_TARGET, threads=(1,), max_gamma=2, repeats=2, out=tmp_path / "bt.json")
+    cfg = TargetBenchConfig(TINY_TARGET, threads=(1,), max_gamma=2, repeats=2, out=tmp_path / "bt.json")
     report = run_bench_target(cfg)
     assert json.loads(cfg.out.read_text())["floor_ms"] == report["floor_ms"] > 0
-    model, _ = load_model_dir(DEFAULT_TARGET, "target")
+    model, _ = load_model_dir(TINY_TARGET, "target")
     assert report["weight_bytes"] == weight_bytes(model) == 4 * sum(p.numel() for p in model.model.parameters())
     assert [r["kernel"] for r in report["rows"]] == list(KERNELS)
     for row in report["rows"]:
@@ -27,7 +27,7 @@ def test_bench_target_reports_floor_costs_and_drift(tmp_path):
 
 
 def test_prepacked_weights_stay_inside_the_band():
-    model, _ = load_model_dir(DEFAULT_TARGET, "target")
+    model, _ = load_model_dir(TINY_TARGET, "target")
     context = list(range(1, 65))
     plain = model.fork()
     plain.extend(context)

@@ -25,7 +25,7 @@ from node.chain.challenger import challenge_receipt
 from node.chain.deployment import DEV_CHALLENGER, DEV_REFEREES, dev_address, dev_key
 from node.chain.receipts import Domain, ReceiptError, RequestSpec, SignedReceipt
 from node.chain.referee import Referee
-from node.models import DEFAULT_TARGET, model_hash
+from node.models import TINY_TARGET, model_hash
 from verifier.params import SamplingParams
 from verifier.verify import TOLERANCE_DELTA, noisy_scores, within_tolerance
 
@@ -58,7 +58,7 @@ def receipt_of(answer: dict) -> SignedReceipt:
 
 @pytest.fixture(scope="module")
 def committed_hash() -> bytes:
-    return model_hash(DEFAULT_TARGET)
+    return model_hash(TINY_TARGET)
 
 
 def test_honest_speculating_operator_is_found_correct_and_nothing_is_spent(chain, pair, committed_hash, tmp_path):

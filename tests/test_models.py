@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.models import MODELS_DIR, ModelLoadError, load_pair
+from node.models import ModelLoadError, load_pair
+from node.pairs import MODELS_DIR
 from node.training.corpus import encode_files, split_corpus
 from node.training.loop import greedy_acceptance, heldout_loss
 from verifier.errors import ModelMismatch

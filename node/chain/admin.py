@@ -112,9 +112,9 @@ def open_referee(chain: ChainConfig, cfg: RefereeConfig) -> Referee:
     is slow, and is no verdict's cost)."""
     client = bond_client(chain)
     keys = role_keys(cfg.key_files, client.domain.chain_id, DEV_REFEREES, "referee")
-    model, tokenizer = load_model_dir(cfg.target_model, "target")
+    model, tokenizer = load_model_dir(cfg.target_dir, "target")
     model.fork().extend([tokenizer.eos_token_id])
-    return Referee(client, keys, model, model_hash(cfg.target_model), cfg.pool)
+    return Referee(client, keys, model, model_hash(cfg.target_dir), cfg.pool)
 
 
 def run_challenge(chain: ChainConfig, cfg: ChallengeConfig) -> dict[str, Any]:
@@ -123,8 +123,8 @@ def run_challenge(chain: ChainConfig, cfg: ChallengeConfig) -> dict[str, Any]:
     signed = read_receipt_file(cfg.receipt)
     client = bond_client(chain)
     key = role_key(cfg.key_file, client.domain.chain_id, DEV_CHALLENGER, "challenger")
-    model, _ = load_model_dir(cfg.target_model, "target")
-    report = challenge_receipt(client, key, model, model_hash(cfg.target_model), signed, force_position=cfg.position)
+    model, _ = load_model_dir(cfg.target_dir, "target")
+    report = challenge_receipt(client, key, model, model_hash(cfg.target_dir), signed, force_position=cfg.position)
     result = report.to_json()
     if report.challenge_id is not None and cfg.wait:
         result["outcome"] = wait_for_outcome(client, key, report.challenge_id, cfg.wait_s)

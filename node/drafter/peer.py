@@ -78,7 +78,7 @@ class DraftSession:
 class DrafterNode:
     def __init__(self, cfg: DrafterConfig) -> None:
         self.cfg = cfg
-        self.model, self.tokenizer = load_model_dir(cfg.model, "draft")
+        self.model, self.tokenizer = load_model_dir(cfg.model_dir, "draft")
         self.fingerprint = tokenizer_fingerprint(self.tokenizer)
         self.rng = random.Random(cfg.seed)
         self.sessions = 0

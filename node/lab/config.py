@@ -8,7 +8,7 @@ from pathlib import Path
 
 from market.policy import DEFAULT_DEADLINE_MS
 from node.lab.workload import NET_DEMO_PROMPTS
-from node.models import DEFAULT_TARGET
+from node.models import TINY_TARGET
 from verifier.proposal import DEFAULT_GAMMA
 
 MAX_DEMO_TOKENS = 256  # the shipped target has a 512-position window; the prompts take a few dozen
@@ -57,7 +57,7 @@ KERNELS = ("plain", "prepacked")  # nn.Linear as loaded; oneDNN prepacked fp32 w
 
 @dataclass(frozen=True)
 class TargetBenchConfig:
-    model_dir: Path = DEFAULT_TARGET  # any local HF causal-LM directory (e.g. the converted SmolLM2-135M)
+    model_dir: Path = TINY_TARGET  # any local HF causal-LM directory (e.g. the converted SmolLM2-135M)
     threads: tuple[int, ...] = (1, 2)
     kernels: tuple[str, ...] = KERNELS
     max_gamma: int = 8

@@ -237,13 +237,13 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig, referees: li
     from node.chain.deployment import DEV_CHALLENGER, DEV_TREASURY, dev_address, dev_key
     from node.chain.receipts import SignedReceipt
     from node.lab.trust import resolution
-    from node.models import DEFAULT_TARGET, model_hash
+    from node.models import TINY_TARGET, model_hash
 
     answer = complete(http, cfg.prompts[0], seed=0, max_tokens=cfg.max_tokens, temperature=DEMO_TEMPERATURE)
     signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
     operator = signed.receipt.operator
     bond_before = client.operator_info(operator).bond
-    report = challenge_receipt(client, dev_key(DEV_CHALLENGER), model, model_hash(DEFAULT_TARGET), signed)
+    report = challenge_receipt(client, dev_key(DEV_CHALLENGER), model, model_hash(TINY_TARGET), signed)
     cid = report.challenge_id
     step(f"cheating operator {operator}: first wrong token at {report.audit.first_wrong}; challenge {cid} opened")
     status = client.wait_closed(cid, VERDICT_TIMEOUT_S)  # the referee processes resolve it

@@ -14,7 +14,7 @@ from market.policy import DEFAULT_DEADLINE_MS
 from node.chain.cheat import Cheat
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, parse_ether
 from node.chain.keys import OPERATOR_KEY_FILE
-from node.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from node.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
@@ -39,8 +39,9 @@ class TargetConfig:
     # 32 tokens judge a drafter: an honest one (per-token match ~0.5-0.7) matches nothing in 8 rounds
     # with probability ~0.3^8 < 1e-4, while a useless one costs half a 64-token trial
     judge_after_tokens: int = 32
-    target_model: Path = DEFAULT_TARGET
-    draft_model: Path = DEFAULT_DRAFT  # loaded only for --cheat draft-model
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+    target_model: Path | None = None  # default: the pair's target
+    draft_model: Path | None = None  # default: the pair's draft; loaded only for --cheat draft-model
     chain: str | None = None  # JSON-RPC URL: bond there and sign a receipt for every answer; None: unbonded
     deployments: Path = DEFAULT_DEPLOYMENTS_DIR
     operator_key: Path | None = None  # default: DATA_DIR/keys/operator.key
@@ -48,6 +49,7 @@ class TargetConfig:
     cheat: Cheat = Cheat.NONE  # a DISHONEST operator, for tests and demos
 
     def __post_init__(self) -> None:
+        get_pair(self.pair)
         if not 1 <= self.gamma <= MAX_GAMMA:
             raise InvalidParams(f"--gamma must be in [1, {MAX_GAMMA}], got {self.gamma}")
         if not 0 < self.draft_deadline_ms <= MAX_DEADLINE_MS:
@@ -59,6 +61,14 @@ class TargetConfig:
         if self.cheat is not Cheat.NONE and not self.chain:
             raise InvalidParams("--cheat only makes sense for a bonded node: add --chain RPC_URL")
         self.http_host_port  # validates --http  # noqa: B018
+
+    @property
+    def target_dir(self) -> Path:
+        return get_pair(self.pair).target_dir(self.target_model)
+
+    @property
+    def draft_dir(self) -> Path:
+        return get_pair(self.pair).draft_dir(self.draft_model)
 
     @property
     def http_host_port(self) -> tuple[str, int]:

