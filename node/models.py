@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from node.pairs import CACHE_DIR, CONVERTED_MARKER, PAIRS, SETUP_COMMAND
+from node.subvocab import is_subvocab_draft, load_subvocab_draft
 from verifier.errors import ContextTooLong, ModelMismatch, SpecmarketError
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,10 @@ def load_model_dir(path: Path | str, name: str) -> tuple[HFCausalLM, object]:
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{name} model directory {path} has no config.json (not a HF model directory?){hint}")
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+        if is_subvocab_draft(path):
+            model = load_subvocab_draft(path)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, SafetensorError) as exc:
         raise ModelLoadError(f"cannot load {name} model from {path}: {exc}{hint}") from exc

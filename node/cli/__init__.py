@@ -14,6 +14,7 @@ from node.cli.chain import add_chain_commands
 from node.cli.lab import add_lab_commands
 from node.cli.local import add_local_commands
 from node.cli.market import add_market_commands
+from node.cli.training import add_training_commands
 from verifier.errors import SpecmarketError, error_leaves
 
 log = logging.getLogger("specmarket")
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_market_commands(sub)
     add_chain_commands(sub)
     add_lab_commands(sub)
+    add_training_commands(sub)
     return parser
 
 

@@ -164,10 +164,10 @@ def _documented_functions(path: Path) -> Iterator[tuple[str, str, str]]:
                 yield node.name, args, doc
 
 
-def code_prompts(limit: int = 4000) -> list[Prompt]:
-    """Function-writing requests from the standard library's one-line docstrings (deduplicated)."""
+@functools.cache
+def _code_prompts_with_sources(limit: int = 4000) -> tuple[tuple[Prompt, Path], ...]:
     seen: set[str] = set()
-    prompts: list[Prompt] = []
+    prompts: list[tuple[Prompt, Path]] = []
     split = split_corpus()
     for i, path in enumerate(sorted([*split.train, *split.heldout])):
         for name, args, doc in _documented_functions(path):
@@ -175,9 +175,20 @@ def code_prompts(limit: int = 4000) -> list[Prompt]:
                 continue
             seen.add(doc)
             template = CODE_TEMPLATES[(i + len(seen)) % len(CODE_TEMPLATES)]
-            prompts.append(Prompt("code", template.format(name=name, args=args, doc=doc)))
+            prompts.append((Prompt("code", template.format(name=name, args=args, doc=doc)), path))
     random.Random(0).shuffle(prompts)
-    return prompts[:limit]
+    return tuple(prompts[:limit])
+
+
+def code_prompts(limit: int = 4000) -> list[Prompt]:
+    """Function-writing requests from the standard library's one-line docstrings (deduplicated)."""
+    return [prompt for prompt, _ in _code_prompts_with_sources(limit)]
+
+
+def heldout_sources() -> frozenset[Path]:
+    """The stdlib files held-out code prompts were made from: training on their raw code would
+    show the draft the held-out functions."""
+    return frozenset(path for prompt, path in _code_prompts_with_sources() if prompt.heldout)
 
 
 @functools.cache
