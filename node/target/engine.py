@@ -191,11 +191,14 @@ class ChunkClock:
         self.last: float | None = None
 
     def tick(self, tokens: int) -> None:
+        """A chunk of ``tokens`` verified tokens arrived."""
+        if not tokens:
+            return
         now = time.perf_counter()
         for observer in self.observers:
             if self.last is None:
                 observer.first_token(now - self.started)
-            elif tokens:
+            else:
                 for _ in range(tokens):
                     observer.inter_token((now - self.last) / tokens)
         self.last = now
