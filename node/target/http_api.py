@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import trio
@@ -52,7 +52,7 @@ from node.target.http_schema import (
     TextWire,
     Wire,
     http_error_for,
-    parse_json_object,
+    json_type,
     validation_error,
 )
 from verifier.errors import SpecmarketError, sole_error
@@ -95,6 +95,21 @@ async def read_body(request: Request) -> bytes:
     if deadline.cancelled_caught:
         raise HttpError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", code="request_timeout")
     return b"".join(chunks)
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise HttpError(400, f"{name} is not a valid JSON number", code="invalid_json")
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; anything else is a 400."""
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise HttpError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(data, dict):
+        raise HttpError(400, f"the request body must be a JSON object, got {json_type(data)}", code="invalid_json")
+    return data
 
 
 async def parse_body(request: Request, model: type[Body]) -> Body:

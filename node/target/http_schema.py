@@ -1,16 +1,16 @@
 """The OpenAI-compatible wire format as pydantic models, and the project's error shape. No I/O here.
 
-Nothing that arrives over HTTP is trusted. A body is parsed as strict JSON (no NaN or Infinity) and
-validated in pydantic's strict mode (a JSON ``true`` is not an integer, ``"5"`` is not a number),
-with the size bounds below. Value ranges (temperature, top_p, top_k, seed, max_tokens >= 1) are left
-to ``CompletionRequest``, which checks the libp2p protocol's requests the same way.
+Nothing that arrives over HTTP is trusted. A body, parsed as strict JSON by ``http_api.parse_body``
+(no NaN or Infinity), is validated in pydantic's strict mode (a JSON ``true`` is not an integer,
+``"5"`` is not a number), with the size bounds below. Value ranges (temperature, top_p, top_k, seed,
+max_tokens >= 1) are left to ``CompletionRequest``, which checks the libp2p protocol's requests too.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -69,23 +69,9 @@ class HttpError(SpecmarketError):
 # --- requests ------------------------------------------------------------------------------------
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
     return "null" if value is None else JSON_TYPES.get(type(value), type(value).__name__)
-
-
-def _reject_constant(name: str) -> NoReturn:
-    raise HttpError(400, f"{name} is not a valid JSON number", code="invalid_json")
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object; anything else is a 400."""
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise HttpError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
-    if not isinstance(data, dict):
-        raise HttpError(400, f"the request body must be a JSON object, got {_json_type(data)}", code="invalid_json")
-    return data
 
 
 def _valid_text(value: str, info: ValidationInfo) -> str:
@@ -222,7 +208,7 @@ def validation_error(errors: Sequence[Mapping[str, Any]]) -> HttpError:
     elif kind == "extra_forbidden":
         message, code = f"'{param}' is not a field of this request", "unknown_field"
     else:
-        got = f", got {_json_type(error.get('input'))}" if kind.endswith("_type") else ""
+        got = f", got {json_type(error.get('input'))}" if kind.endswith("_type") else ""
         message, code = f"'{param}': {error['msg']}{got}", "invalid_value"
     return HttpError(400, message, param=param, code=code)
 
