@@ -315,6 +315,12 @@ def test_ask_chat_cli_over_http(bonded_url, pair, tmp_path, capsys):
     assert main(["ask", "--target", bonded_url, "--chat", "--json", "--seed", "5", "--max-new-tokens", "3", "hi"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["prompt_tokens"] == list(chat_prompt(pair.tokenizer, USER)) and len(summary["tokens"]) == 3
+    config = tmp_path / "ask.toml"  # the config file's [ask] table, under the command line
+    config.write_text(f'[ask]\nchat = true\nsystem = "{MESSAGES[0]["content"]}"\nmax-new-tokens = 6\nseed = 9\n')
+    assert (
+        main(["ask", "--target", bonded_url, "--config", str(config), "--seed", "5", "--json", "def parse(text):"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["tokens"] == tokens  # chat, system and length from the file
 
 
 @pytest.mark.parametrize(

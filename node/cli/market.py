@@ -157,6 +157,7 @@ def _add_ask(sub) -> None:
         help=f"ask /v1/chat/completions with the prompt as the user's message; HTTP targets only (default {d['chat']})",
     )
     p.add_argument("--system", help="with --chat: a system message before the user's (default none)")
+    p.add_argument("--config", type=Path, help="TOML file whose [ask] table supplies defaults")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
     p.set_defaults(func=_cmd_ask)
 
