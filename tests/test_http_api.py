@@ -1,36 +1,32 @@
 """The OpenAI-compatible HTTP API, end to end: real model, real Engine, real hypercorn, real clients.
 
-The server's trio loop runs in a background thread (the official ``openai`` sync client blocks), and
-every answer is compared token for token with the local reference decoder (``node.decoding``).
+The server's trio loop runs in a background thread (``tests.httputil.serving``), and every answer is
+compared token for token with the local reference decoder (``node.decoding``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.client
 import json
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
 from urllib.parse import urlsplit
 
 import openai
 import pytest
-import trio
 
 from node.client.http import ClientError, TargetHTTPError, TargetUnreachable, stream_completion
 from node.decoding import GenerateConfig, generate
+from node.target import http_api
 from node.target.engine import Engine
-from node.target.http_api import build_app, serve_http
+from node.target.http_api import build_app
+from tests.httputil import MODEL, async_client, metrics, post_json, request, serving, sync_client
 from verifier.params import SamplingParams
 
-MODEL = "specmarket-target"
 PROMPT = "The quick brown fox"
 ODD_PEER = '12D3KooWodd"peer\\x\ny'  # a label value that needs every Prometheus escape
 STATUS = {
@@ -53,36 +49,8 @@ class Servers:
 @pytest.fixture(scope="module")
 def servers(pair) -> Iterator[Servers]:
     engine = Engine(pair, model_name=MODEL, gamma=4)
-    apps = {"main": build_app(engine, lambda: STATUS), "bare": build_app(engine)}
-    urls: dict[str, str] = {}
-    box: dict[str, Any] = {}
-    ready = threading.Event()
-
-    async def main() -> None:
-        box["token"] = trio.lowlevel.current_trio_token()
-        box["stop"] = stop = trio.Event()
-        async with trio.open_nursery() as nursery:
-            for name, app in apps.items():
-                urls[name] = await nursery.start(partial(serve_http, app, "127.0.0.1", 0, shutdown_trigger=stop.wait))
-            ready.set()
-
-    def run() -> None:
-        try:
-            trio.run(main)
-        except BaseException as exc:
-            box["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=run, name="http-api-test-server", daemon=True)
-    thread.start()
-    assert ready.wait(30), "the HTTP server did not start"
-    if "error" in box:
-        raise box["error"]
-    yield Servers(urls["main"], urls["bare"], engine)
-    trio.from_thread.run_sync(box["stop"].set, trio_token=box["token"])
-    thread.join(15)
-    assert not thread.is_alive(), "the HTTP server did not shut down"
-    assert "error" not in box, box.get("error")
+    with serving({"main": build_app(engine, lambda: STATUS), "bare": build_app(engine)}) as urls:
+        yield Servers(urls["main"], urls["bare"], engine)
 
 
 @pytest.fixture(scope="module")
@@ -99,29 +67,6 @@ def reference(pair) -> Callable[..., dict]:
         return cache[key]
 
     return ref
-
-
-def request(url: str, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-    """A raw HTTP request: (status, lower-cased headers, body bytes)."""
-    conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=30)
-    try:
-        # a server may answer (413) before it has read all of a large body
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            conn.request(method, path, body=body, headers=headers or {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
-
-
-def post_json(url: str, body: Any) -> tuple[int, dict]:
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-    status, _, data = request(url, "POST", "/v1/completions", raw)
-    return status, json.loads(data)
-
-
-def sync_client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=30)
 
 
 def check_full_answer(text: str, ext: dict, ref: dict, pair) -> None:
@@ -171,7 +116,7 @@ def test_openai_sync_stream(servers, reference, pair):
 
 @pytest.mark.asyncio
 async def test_openai_async_create(servers, reference, pair):
-    client = openai.AsyncOpenAI(base_url=servers.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    client = async_client(servers.url)
     async with client:
         resp = await client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, seed=7, temperature=1.0)
     check_full_answer(resp.choices[0].text, resp.to_dict()["specmarket"], reference(), pair)
@@ -179,7 +124,7 @@ async def test_openai_async_create(servers, reference, pair):
 
 @pytest.mark.asyncio
 async def test_openai_async_stream(servers, reference, pair):
-    client = openai.AsyncOpenAI(base_url=servers.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    client = async_client(servers.url)
     async with client:
         stream = await client.completions.create(
             model=MODEL, prompt=PROMPT, max_tokens=12, seed=7, temperature=1.0, stream=True
@@ -194,7 +139,7 @@ async def test_openai_async_stream(servers, reference, pair):
 async def test_concurrent_async_requests(servers, reference, pair):
     cases = [("Once upon a time", 1, 10), ("def main():", 2, 8), (PROMPT, 3, 12)]
     refs = [reference(p, s, n) for p, s, n in cases]
-    client = openai.AsyncOpenAI(base_url=servers.url + "/v1", api_key="x", max_retries=0, timeout=30)
+    client = async_client(servers.url)
     async with client:
         calls = [client.completions.create(model=MODEL, prompt=p, max_tokens=n, seed=s) for p, s, n in cases]
         answers = await asyncio.gather(*calls)
@@ -264,27 +209,6 @@ def test_health(servers):
     assert status == 200 and json.loads(raw) == {"status": "ok", "model": MODEL, "active_jobs": 0}
 
 
-def parse_metrics(text: str) -> tuple[dict[str, float], dict[str, str]]:
-    samples: dict[str, float] = {}
-    types: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            types[name] = kind
-        elif line and not line.startswith("#"):
-            key, value = line.rsplit(" ", 1)
-            samples[key] = float(value)
-    for key in samples:
-        assert key.partition("{")[0] in types, f"{key} has no # TYPE line"
-    return samples, types
-
-
-def metrics(url: str) -> tuple[dict[str, float], dict[str, str], str]:
-    status, headers, raw = request(url, "GET", "/metrics")
-    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
-    return *parse_metrics(raw.decode()), raw.decode()
-
-
 def test_metrics_counters_increase(servers):
     before, types, _ = metrics(servers.bare_url)
     assert types["specmarket_requests_total"] == "counter" and types["specmarket_active_jobs"] == "gauge"
@@ -309,7 +233,8 @@ def test_metrics_per_drafter_series(servers):
     assert samples['specmarket_drafter_latency_ms{peer="12D3KooWDrafterA"}'] == 12.5
     assert types["specmarket_drafter_timeouts_total"] == "counter"
     assert types["specmarket_drafter_latency_ms"] == "gauge"
-    assert 'specmarket_drafter_proposed_total{peer="12D3KooWodd\\"peer\\\\x\\ny"} 3\n' in text
+    assert 'specmarket_drafter_proposed_total{peer="12D3KooWodd\\"peer\\\\x\\ny"} 3.0\n' in text  # escaped
+    assert samples[f'specmarket_drafter_proposed_total{{peer="{ODD_PEER}"}}'] == 3  # and read back as it was
     assert sum("latency_ms{" in k for k in samples) == 1  # a None latency is no sample
 
 
@@ -389,12 +314,43 @@ def test_body_over_one_mib_is_413(servers):
     assert post_json(servers.url, OK)[0] == 200  # the server is still fine
 
 
+def test_chunked_body_over_one_mib_is_413(servers):
+    """Without a Content-Length the limit holds too: the body stops being kept once it passes 1 MiB."""
+
+    def parts() -> Iterator[bytes]:
+        yield b'{"prompt": "'
+        yield from (b"x" * (64 << 10) for _ in range(40))
+        yield b'"}'
+
+    conn = http.client.HTTPConnection(urlsplit(servers.url).netloc, timeout=30)
+    try:
+        conn.request("POST", "/v1/completions", parts(), {"Content-Type": "application/json"}, encode_chunked=True)
+        resp = conn.getresponse()
+        assert resp.status == 413 and json.loads(resp.read())["error"]["code"] == "request_too_large"
+    finally:
+        conn.close()
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408(servers, monkeypatch):
+    monkeypatch.setattr(http_api, "BODY_TIMEOUT_S", 0.5)
+    with socket.create_connection(urlsplit(servers.url).netloc.split(":"), timeout=30) as sock:
+        head = (
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )
+        sock.sendall(head + b'{"prompt": ')  # and the rest never comes
+        answer = sock.makefile("rb").read()
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.split()[1] == b"408" and b"did not arrive within 0.5 s" in rest
+
+
 def test_wrong_method_and_unknown_path(servers):
     status, headers, raw = request(servers.url, "GET", "/v1/completions")
     assert status == 405 and headers["allow"] == "POST" and "POST" in json.loads(raw)["error"]["message"]
     status, headers, _ = request(servers.url, "DELETE", "/health")
     assert status == 405 and headers["allow"] == "GET"
-    status, _, raw = request(servers.url, "GET", "/v1/chat/completions")
+    status, headers, raw = request(servers.url, "GET", "/v1/chat/completions")
+    assert status == 405 and headers["allow"] == "POST" and json.loads(raw)["error"]["code"] == "method_not_allowed"
+    status, _, raw = request(servers.url, "GET", "/v1/embeddings")
     assert status == 404 and json.loads(raw)["error"]["code"] == "not_found"
 
 

@@ -137,8 +137,9 @@ def test_one_root_exception():
 
 def test_the_cli_starts_without_the_heavy_stacks():
     """Building the parser reads every role's config dataclass; none of them may pull in torch,
-    libp2p or web3 (each costs seconds of start-up, and `specmarket --help` needs none)."""
-    heavy = ("torch", "transformers", "libp2p", "web3", "eth_account")
+    libp2p, web3 or the HTTP server's stack (each costs start-up time, and `specmarket --help` needs
+    none)."""
+    heavy = ("torch", "transformers", "libp2p", "web3", "eth_account", "fastapi", "prometheus_client")
     code = f"import sys, node.cli; node.cli.build_parser(); print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout

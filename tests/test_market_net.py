@@ -15,6 +15,7 @@ import time
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from node.decoding import GenerateConfig, generate
 from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_target, wait_for_drafters
@@ -117,6 +118,9 @@ def test_metrics_carry_per_drafter_counters(honest_net):
     assert f'peer="{peer_id_of(drafter)}"' in text
     requests = [line for line in text.splitlines() if line.startswith("specmarket_requests_total")]
     assert requests and float(requests[0].split()[-1]) >= 1
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+    for histogram in ("time_to_first_token", "inter_token_latency", "draft_wait"):  # rounds with a real drafter
+        assert samples[f"specmarket_{histogram}_seconds_count"] >= 1, histogram
 
 
 def test_drafter_killed_mid_job(honest_net, tmp_path, pair):

@@ -137,9 +137,13 @@ def _add_ask(sub) -> None:
     p = sub.add_parser(
         "ask",
         help="ask a target node for a completion (libp2p multiaddr or HTTP URL)",
-        description="Stream a completion from a target node; --json prints the whole answer with its stats.",
+        description=(
+            "Stream a completion from a target node; --json prints the whole answer with its stats. With --chat "
+            "the prompt is one user message (after --system, if given) sent to /v1/chat/completions, so the target "
+            "applies its model's chat template; the receipt then covers the templated prompt tokens."
+        ),
     )
-    p.add_argument("prompt", help="prompt text")
+    p.add_argument("prompt", help="prompt text (with --chat: the user's message)")
     p.add_argument("--target", required=True, help="the target's multiaddr (/ip4/.../p2p/...) or http:// URL")
     p.add_argument("--seed", type=int, help="sampling seed (default: the target picks one and reports it)")
     p.add_argument("--max-new-tokens", type=int, help=f"tokens to generate (default {d['max_new_tokens']})")
@@ -148,6 +152,14 @@ def _add_ask(sub) -> None:
     p.add_argument(
         "--receipt-out", type=Path, help="save the answer's signed receipt here (for `specmarket challenge`)"
     )
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        default=None,
+        help=f"ask /v1/chat/completions with the prompt as the user's message; HTTP targets only (default {d['chat']})",
+    )
+    p.add_argument("--system", help="with --chat: a system message before the user's (default none)")
+    p.add_argument("--config", type=Path, help="TOML file whose [ask] table supplies defaults")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
     p.set_defaults(func=_cmd_ask)
 

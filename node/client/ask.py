@@ -1,5 +1,9 @@
 """`specmarket ask`: one completion from a target node, over HTTP or libp2p, with its receipt checked.
 
+With ``chat`` the prompt is sent as one user message (after an optional system message) to
+``/v1/chat/completions``, so the target applies its model's chat template; this needs an HTTP
+target, since the libp2p generation protocol carries plain prompts.
+
 The answer's receipt (when the node is bonded) is verified before it is shown or saved: the
 signature, its hashes, and that it covers exactly the tokens received.
 """
@@ -29,10 +33,22 @@ class AskConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     receipt_out: Path | None = None  # save the verified receipt here
+    chat: bool = False  # send the prompt as a user message through the model's chat template
+    system: str | None = None  # with chat: a system message before it
 
     def __post_init__(self) -> None:
         if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
             raise InvalidParams(f"--seed must be in [0, {MAX_SEED}], got {self.seed}")
+        if self.system is not None and not self.chat:
+            raise InvalidParams("--system needs --chat")
+        if self.chat and not self.over_http:
+            raise InvalidParams("--chat needs an http:// target (the libp2p protocol carries plain prompts)")
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """The chat: the system message (if any), then the prompt as the user's message."""
+        system = [{"role": "system", "content": self.system}] if self.system is not None else []
+        return [*system, {"role": "user", "content": self.prompt}]
 
     @property
     def over_http(self) -> bool:
@@ -43,17 +59,13 @@ def ask(cfg: AskConfig, on_text: Callable[[str], None]) -> tuple[dict[str, Any],
     """Stream one completion; return its summary (job, tokens, seed, stats, credits, receipt) and
     a line about the receipt ("" when the node is not bonded)."""
     if cfg.over_http:
-        from node.client.http import stream_completion
+        from node.client.http import stream_chat, stream_completion
 
-        summary = stream_completion(
-            cfg.target,
-            cfg.prompt,
-            max_tokens=cfg.max_new_tokens,
-            seed=cfg.seed,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            on_text=on_text,
-        )
+        sampling = {"max_tokens": cfg.max_new_tokens, "seed": cfg.seed, "temperature": cfg.temperature}
+        if cfg.chat:
+            summary = stream_chat(cfg.target, cfg.messages, **sampling, top_p=cfg.top_p, on_text=on_text)
+        else:
+            summary = stream_completion(cfg.target, cfg.prompt, **sampling, top_p=cfg.top_p, on_text=on_text)
     else:
         import trio
 

@@ -1,8 +1,9 @@
 """A small stdlib-only client for a target node's HTTP API (``specmarket ask --target http://...``).
 
-It POSTs one streaming completion, hands each text delta to a callback as it arrives, and returns
-the audit data of the final chunk. Everything read from the server is bounded (line length, total
-size) and checked for shape; failures are ``ClientError`` subclasses with a readable message.
+It POSTs one streaming completion (``/v1/completions``, or ``/v1/chat/completions`` for a chat),
+hands each text delta to a callback as it arrives, and returns the audit data of the final chunk.
+Everything read from the server is bounded (line length, total size) and checked for shape;
+failures are ``ClientError`` subclasses with a readable message.
 """
 
 from __future__ import annotations
@@ -101,7 +102,19 @@ def _events(response: http.client.HTTPResponse) -> Iterator[str]:
         yield "\n".join(data)
 
 
-def _parse_event(data: str) -> dict[str, Any]:
+def _completion_text(choice: dict[str, Any]) -> Any:
+    return choice.get("text")
+
+
+def _chat_text(choice: dict[str, Any]) -> Any:
+    delta = choice.get("delta")
+    return delta.get("content") or "" if isinstance(delta, dict) else None
+
+
+TextOf = Callable[[dict[str, Any]], Any]  # choices[0] of an event -> its text (a str, or the event is malformed)
+
+
+def _parse_event(data: str, text_of: TextOf) -> dict[str, Any]:
     try:
         event = json.loads(data)
     except ValueError as exc:
@@ -115,12 +128,12 @@ def _parse_event(data: str) -> dict[str, Any]:
     choices = event.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise MalformedStream("an event has no choices")
-    if not isinstance(choices[0].get("text"), str):
-        raise MalformedStream("an event's choices[0].text is not a string")
+    if not isinstance(text_of(choices[0]), str):
+        raise MalformedStream("an event's choices[0] has no text")
     return event
 
 
-def _read_stream(response: http.client.HTTPResponse, on_text: Callable[[str], None]) -> dict[str, Any]:
+def _read_stream(response: http.client.HTTPResponse, on_text: Callable[[str], None], text_of: TextOf) -> dict[str, Any]:
     content_type = response.headers.get("content-type", "")
     if not content_type.startswith("text/event-stream"):
         raise MalformedStream(f"expected a text/event-stream answer, got {content_type or 'no content type'!r}")
@@ -131,11 +144,11 @@ def _read_stream(response: http.client.HTTPResponse, on_text: Callable[[str], No
             if final is None:
                 raise MalformedStream("the stream ended without a final chunk (no finish_reason)")
             return final | {"text": "".join(parts)}
-        event = _parse_event(data)
+        event = _parse_event(data, text_of)
         choice = event["choices"][0]
-        if choice["text"]:
-            parts.append(choice["text"])
-            on_text(choice["text"])
+        if text := text_of(choice):
+            parts.append(text)
+            on_text(text)
         if choice.get("finish_reason") is not None:
             extension = event.get("specmarket")
             if not isinstance(extension, dict):
@@ -158,15 +171,35 @@ def complete(http: str, prompt: str, *, seed: int, max_tokens: int, temperature:
     return http_json(f"{http}/v1/completions", body)
 
 
-def _request(base_url: str, body: dict[str, Any]) -> urllib.request.Request:
+def _request(base_url: str, path: str, body: dict[str, Any]) -> urllib.request.Request:
     if not base_url.startswith(("http://", "https://")):
         raise ClientError(f"the target URL must start with http:// or https://, got {base_url!r}")
     return urllib.request.Request(
-        base_url.rstrip("/") + "/v1/completions",
+        base_url.rstrip("/") + path,
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
         method="POST",
     )
+
+
+def _stream(base_url: str, path: str, body: dict[str, Any], on_text, text_of: TextOf, timeout_s: float) -> dict:
+    request = _request(base_url, path, body)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return _read_stream(response, on_text, text_of)
+    except urllib.error.HTTPError as exc:
+        raise _http_error(exc) from None
+    except urllib.error.URLError as exc:
+        raise TargetUnreachable(f"cannot reach the target at {base_url}: {exc.reason}") from exc
+    except TimeoutError as exc:
+        raise TargetUnreachable(f"the target at {base_url} did not answer within {timeout_s} s") from exc
+    except (http.client.HTTPException, OSError) as exc:
+        raise TargetUnreachable(f"the connection to {base_url} failed: {exc!r}") from exc
+
+
+def _sampling(max_tokens: int, seed: int | None, temperature: float, top_p: float) -> dict[str, Any]:
+    body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "stream": True}
+    return body if seed is None else {**body, "seed": seed}
 
 
 def stream_completion(
@@ -183,27 +216,25 @@ def stream_completion(
     """Stream one completion from ``base_url``; ``on_text`` gets each text delta as it arrives.
 
     Returns the final chunk's ``specmarket`` object (job, tokens, prompt_tokens, seed, stats,
-    credits) plus ``text`` (the whole completion) and ``finish_reason``. ``timeout_s`` bounds the
-    connection and every wait for data.
+    credits, receipt) plus ``text`` (the whole completion) and ``finish_reason``. ``timeout_s``
+    bounds the connection and every wait for data.
     """
-    body: dict[str, Any] = {
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "top_p": top_p,
-        "stream": True,
-    }
-    if seed is not None:
-        body["seed"] = seed
-    request = _request(base_url, body)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return _read_stream(response, on_text)
-    except urllib.error.HTTPError as exc:
-        raise _http_error(exc) from None
-    except urllib.error.URLError as exc:
-        raise TargetUnreachable(f"cannot reach the target at {base_url}: {exc.reason}") from exc
-    except TimeoutError as exc:
-        raise TargetUnreachable(f"the target at {base_url} did not answer within {timeout_s} s") from exc
-    except (http.client.HTTPException, OSError) as exc:
-        raise TargetUnreachable(f"the connection to {base_url} failed: {exc!r}") from exc
+    body = {"prompt": prompt, **_sampling(max_tokens, seed, temperature, top_p)}
+    return _stream(base_url, "/v1/completions", body, on_text, _completion_text, timeout_s)
+
+
+def stream_chat(
+    base_url: str,
+    messages: list[dict[str, str]],
+    *,
+    max_tokens: int,
+    seed: int | None,
+    temperature: float,
+    top_p: float,
+    on_text: Callable[[str], None],
+    timeout_s: float = 60.0,
+) -> dict[str, Any]:
+    """As ``stream_completion``, for a chat: ``messages`` ({"role", "content"} each) go through the
+    target model's chat template; ``prompt_tokens`` are the templated ids the receipt covers."""
+    body = {"messages": messages, **_sampling(max_tokens, seed, temperature, top_p)}
+    return _stream(base_url, "/v1/chat/completions", body, on_text, _chat_text, timeout_s)

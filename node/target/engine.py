@@ -42,7 +42,10 @@ REPLACEMENT_CHAR = "\ufffd"  # what a partial UTF-8 sequence decodes to; held ba
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    prompt: str
+    """One job. ``prompt`` is text (encoded as ``<|endoftext|>`` + text) or token ids that are used as
+    they are, e.g. the output of a chat template (``node.target.chat``)."""
+
+    prompt: str | tuple[int, ...]
     max_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
@@ -50,9 +53,12 @@ class CompletionRequest:
     seed: int | None = None  # None: the server draws one and reports it
 
     def __post_init__(self) -> None:
-        if not isinstance(self.prompt, str) or not self.prompt:
+        if isinstance(self.prompt, tuple):
+            if not self.prompt or not all(type(t) is int and t >= 0 for t in self.prompt):
+                raise InvalidParams("a token prompt must be a non-empty tuple of token ids")
+        elif not isinstance(self.prompt, str) or not self.prompt:
             raise InvalidParams("'prompt' must be a non-empty string")
-        if len(self.prompt) > MAX_PROMPT_CHARS:
+        elif len(self.prompt) > MAX_PROMPT_CHARS:
             raise InvalidParams(f"'prompt' is {len(self.prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise InvalidParams(f"'max_tokens' must be a positive integer, got {self.max_tokens!r}")
@@ -91,6 +97,20 @@ class JobProposer(Proposer, Protocol):
 
     def timing(self) -> dict[str, float | int]:
         """Drafting overheads (rounds, seconds spent waiting for drafts)."""
+
+
+class JobObserver(Protocol):
+    """Latency samples of every decoded job (the HTTP API turns them into Prometheus histograms).
+    Called from the trio loop (tokens) and from the decode worker thread (draft waits)."""
+
+    def first_token(self, seconds: float) -> None:
+        """From the start of the job to its first verified chunk."""
+
+    def inter_token(self, seconds: float) -> None:
+        """Once per token after the first chunk: the gap since the previous chunk / its tokens."""
+
+    def draft_wait(self, seconds: float) -> None:
+        """One draft round: the time the decode loop waited in ``propose`` (send, wait for drafts)."""
 
 
 class DraftingBackend(Protocol):
@@ -146,6 +166,44 @@ class EngineCounters:
             return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
+class TimedProposer:
+    """A proposer that reports, for every round, how long the decode loop waited for its draft."""
+
+    def __init__(self, inner: Proposer, observers: Sequence[JobObserver]) -> None:
+        self.inner, self.name, self.observers = inner, inner.name, observers
+
+    def propose(self, context: Sequence[int], **kwargs) -> object:
+        started = time.perf_counter()
+        try:
+            return self.inner.propose(context, **kwargs)
+        finally:
+            waited = time.perf_counter() - started
+            for observer in self.observers:
+                observer.draft_wait(waited)
+
+
+class ChunkClock:
+    """Time to first token and inter-token latency of one job, from its chunks' arrival times."""
+
+    def __init__(self, observers: Sequence[JobObserver]) -> None:
+        self.observers = observers
+        self.started = time.perf_counter()
+        self.last: float | None = None
+
+    def tick(self, tokens: int) -> None:
+        """A chunk of ``tokens`` verified tokens arrived."""
+        if not tokens:
+            return
+        now = time.perf_counter()
+        for observer in self.observers:
+            if self.last is None:
+                observer.first_token(now - self.started)
+            else:
+                for _ in range(tokens):
+                    observer.inter_token((now - self.last) / tokens)
+        self.last = now
+
+
 @asynccontextmanager
 async def _no_drafting(job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator[None]:
     yield None
@@ -188,6 +246,7 @@ class Engine:
         self.gamma = gamma
         self.drafting = drafting
         self.counters = EngineCounters()
+        self.observers: list[JobObserver] = []  # e.g. the HTTP API's latency histograms
         self.stop_token: int | None = None  # completions run to max_tokens (<|endoftext|> is ordinary text here)
 
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
@@ -201,6 +260,8 @@ class Engine:
             target, proposer = self.pair.draft.fork(), None
         if self.cheat is Cheat.FLIP_TOKEN and on_token is not None:
             on_token = self._flipping(on_token, spec.max_tokens // 2)
+        if proposer is not None and self.observers:
+            proposer = TimedProposer(proposer, self.observers)
         result = decode(
             target,
             proposer,
@@ -229,7 +290,9 @@ class Engine:
 
     async def complete(self, req: CompletionRequest, on_chunk: ChunkSink | None = None) -> CompletionResult:
         """Run one job. ``on_chunk(tokens, text)`` is awaited in order for every verified chunk."""
-        prompt = encode_prompt(self.pair.tokenizer, req.prompt)
+        prompt = list(req.prompt) if isinstance(req.prompt, tuple) else encode_prompt(self.pair.tokenizer, req.prompt)
+        if max(prompt) >= self.pair.target.vocab_size:
+            raise InvalidParams(f"a prompt token id is outside the vocabulary of {self.pair.target.vocab_size}")
         check_fits(self.pair, len(prompt), req.max_tokens)
         seed = req.seed if req.seed is not None else secrets.randbelow(DRAWN_SEED_BOUND)
         # temperature and top-p in millionths, exactly as the receipt will name them
@@ -269,13 +332,16 @@ class Engine:
             trio.from_thread.check_cancelled()  # client gone: stop at the end of this round
             trio.from_thread.run_sync(send.send_nowait, tuple(tokens))
 
+        clock = ChunkClock(self.observers)
+
         async def forward_chunks() -> None:
             async for tokens in receive:
+                clock.tick(len(tokens))
                 delta = text.feed(tokens)
                 if on_chunk is not None:
                     await on_chunk(tokens, delta)
 
-        started = time.perf_counter()
+        started = clock.started
         async with self._job_context(job_id, spec.params, spec.seed) as proposer, trio.open_nursery() as nursery:
             nursery.start_soon(forward_chunks)
             try:

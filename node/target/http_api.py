@@ -1,318 +1,331 @@
-"""The target node's OpenAI-compatible HTTP API: a hand-written ASGI app served by hypercorn on trio.
+"""The target node's OpenAI-compatible HTTP API: a FastAPI app served by hypercorn on trio.
 
-Routes: ``POST /v1/completions`` (plain JSON or a server-sent-event stream), ``GET /v1/models``,
-``GET /health`` and ``GET /metrics`` (Prometheus text). Parsing and response shapes live in
-``node.target.http_schema``; this module does the I/O: bounded body reading, routing, streaming, and
-cancelling a job whose client went away. It runs on trio because the target's libp2p host shares
-the event loop.
+Routes: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (one JSON object, or server-sent
+events with ``"stream": true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus,
+``node.target.http_metrics``) and ``GET /openapi.json``. Bodies and answers are the pydantic models
+of ``node.target.http_schema``. Every error, a validation error included, is answered in OpenAI's
+shape ``{"error": {...}}``: 400 for a bad body (not FastAPI's 422), 404, 405, 408, 413, 500. It runs
+on trio (FastAPI and Starlette use anyio) because the target's libp2p host shares the event loop.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
+import anyio
 import trio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
 from hypercorn.config import Config
 from hypercorn.trio import serve
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import models_json_schema
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
+from node.target.chat import chat_prompt
 from node.target.engine import CompletionRequest, CompletionResult, Engine
+from node.target.http_metrics import CONTENT_TYPE, ApiMetrics, StatusFn
 from node.target.http_schema import (
     MAX_BODY_BYTES,
+    MAX_ECHOED_CHARS,
+    ChatBody,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatWire,
+    Completion,
+    CompletionBody,
+    ErrorResponse,
+    Health,
     HttpError,
-    chunk_object,
-    completion_object,
-    final_chunk_object,
+    ModelCard,
+    ModelList,
+    Sampling,
+    TextWire,
+    Wire,
     http_error_for,
-    models_object,
-    parse_completion,
-    parse_json_object,
-    render_metrics,
+    json_type,
+    validation_error,
 )
 from verifier.errors import SpecmarketError, sole_error
 
 log = logging.getLogger(__name__)
 
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-StatusFn = Callable[[], dict[str, Any]]
-App = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
-
-JSON_HEADERS = [(b"content-type", b"application/json")]
-SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-METRICS_HEADERS = [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")]
+BODY_TIMEOUT_S = 10.0  # a client must send its whole body this soon
 DRAIN_BYTES = 8 << 20  # an oversized body is read and dropped up to this size so the client gets its 413
-DRAIN_SECONDS = 5.0
 GRACEFUL_SHUTDOWN_S = 2.0
+JSON = "application/json"
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+Body = TypeVar("Body", bound=Sampling)
 
 
 class ClientGone(SpecmarketError):
     """The client disconnected before its response was complete."""
 
 
-def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str).encode()
-
-
-def _finite(obj: Any) -> Any:
-    """A copy of a status() value that strict JSON can carry (NaN/inf become null, keys strings)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def _answer(exc: BaseException) -> HttpError:
-    """The error response for a failed request; unexpected errors are logged and not detailed."""
-    err = http_error_for(exc)
-    if err is None:
-        log.error("unexpected error while serving a request", exc_info=exc)
-        return HttpError(500, "internal server error", code="internal_error")
-    if err.status >= 500:
-        log.warning("request failed: %s", err.message)
-    return err
-
-
-class Exchange:
-    """One HTTP request and its response, over ASGI."""
-
-    def __init__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        self.scope = scope
-        self.receive = receive
-        self._send = send
-        self.status: int | None = None  # set once the response has started
-        self.gone = False  # the client disconnected
-
-    @property
-    def started(self) -> bool:
-        return self.status is not None
-
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.status = status
-        await self._send({"type": "http.response.start", "status": status, "headers": headers})
-
-    async def write(self, data: bytes, *, more: bool) -> None:
-        await self._send({"type": "http.response.body", "body": data, "more_body": more})
-
-    async def respond(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-        await self.start(status, [*headers, (b"content-length", str(len(body)).encode())])
-        await self.write(body, more=False)
-
-    async def json(self, status: int, obj: Any, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-        await self.respond(status, dumps(obj), JSON_HEADERS + (headers or []))
-
-    def _declared_length(self) -> int | None:
-        for name, value in self.scope.get("headers", []):
-            if name.lower() == b"content-length":
-                return int(value) if value.strip().isdigit() else None
-        return None
-
-    async def _next(self) -> Message:
-        message = await self.receive()
-        if message["type"] == "http.disconnect":
-            self.gone = True
-            raise ClientGone
-        return message
-
-    async def read_body(self) -> bytes:
-        """The whole body, at most MAX_BODY_BYTES; a larger one stops being kept at once (413)."""
-        declared = self._declared_length()
-        if declared is not None and declared > MAX_BODY_BYTES:
-            await self._drain(0, more=True, declared=declared)
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await self._next()
-            body, more = message.get("body", b""), message.get("more_body", False)
-            size += len(body)
-            if size > MAX_BODY_BYTES:
-                await self._drain(size, more=more, declared=declared)
-            chunks.append(body)
-            if not more:
-                return b"".join(chunks)
-
-    async def _drain(self, received: int, *, more: bool, declared: int | None) -> NoReturn:
-        """Drop the rest of an oversized body (bounded) so the client can read its 413, then raise it."""
-        if declared is None or declared <= DRAIN_BYTES:
-            with trio.move_on_after(DRAIN_SECONDS):
-                while more and received <= DRAIN_BYTES:
-                    message = await self._next()
-                    received += len(message.get("body", b""))
-                    more = message.get("more_body", False)
+async def read_body(request: Request) -> bytes:
+    """The body, at most MAX_BODY_BYTES, within BODY_TIMEOUT_S. A larger one is refused (413) and
+    never kept: it is read and dropped (up to DRAIN_BYTES) so that the client can read the answer."""
+    declared = request.headers.get("content-length", "")
+    declared_bytes = int(declared) if declared.isdigit() else 0
+    over = declared_bytes > MAX_BODY_BYTES
+    chunks: list[bytes] = []
+    size = 0
+    with anyio.move_on_after(BODY_TIMEOUT_S) as deadline:
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                over = over or size > MAX_BODY_BYTES
+                if over and max(size, declared_bytes) > DRAIN_BYTES:  # too much to wait for: answer now
+                    break
+                if not over:
+                    chunks.append(chunk)
+        except ClientDisconnect:
+            raise HttpError(400, "the client went away while sending the body", code="client_gone") from None
+    if over:
         raise HttpError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
+    if deadline.cancelled_caught:
+        raise HttpError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", code="request_timeout")
+    return b"".join(chunks)
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+def _reject_constant(name: str) -> NoReturn:
+    raise HttpError(400, f"{name} is not a valid JSON number", code="invalid_json")
 
 
-async def _watch_disconnect(ex: Exchange, scope: trio.CancelScope) -> None:
-    while True:
-        message = await ex.receive()
-        if message["type"] == "http.disconnect":
-            ex.gone = True
-            scope.cancel()
-            return
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; anything else is a 400."""
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise HttpError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(data, dict):
+        raise HttpError(400, f"the request body must be a JSON object, got {json_type(data)}", code="invalid_json")
+    return data
 
 
-async def _watched(ex: Exchange, job: Callable[[], Awaitable[CompletionResult]]) -> CompletionResult:
-    """Run a job (after the body was read); the client's disconnect cancels it (ClientGone)."""
-    result: CompletionResult | None = None
-    error: Exception | None = None
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_watch_disconnect, ex, nursery.cancel_scope)
+async def parse_body(request: Request, model: type[Body]) -> Body:
+    """The body as ``model``: strict JSON, then strict validation (the first error, as a 400)."""
+    data = parse_json_object(await read_body(request))
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc.errors(include_url=False)) from None
+
+
+def _dumps(obj: BaseModel | dict[str, Any]) -> str:
+    return obj.model_dump_json() if isinstance(obj, BaseModel) else json.dumps(obj, ensure_ascii=False)
+
+
+def _json(obj: BaseModel | dict[str, Any], status: int = 200) -> Response:
+    return Response(_dumps(obj), status, media_type=JSON)
+
+
+class JobResponse(Response):
+    """Runs one job when it is sent: one JSON object at the end, or (stream) an event per verified
+    chunk, a final event with usage and the audit data, then ``data: [DONE]``.
+
+    The 200 goes out with the first chunk, so an error found before any token (a prompt too long for
+    the context window) still gets its status code; a later one is sent as an error event. The
+    client's disconnect cancels the job.
+    """
+
+    def __init__(self, engine: Engine, req: CompletionRequest, wire: Wire, *, stream: bool) -> None:
+        super().__init__(media_type=JSON)
+        self.engine, self.req, self.wire, self.stream = engine, req, wire, stream
+        self.started = self.gone = False
+        self._send: Send | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._send = send
+        head = {"id": self.wire.id_prefix + secrets.token_hex(8), "model": self.engine.model_name}
+        head["created"] = int(time.time())
         try:
-            result = await job()
-        except Exception as exc:  # re-raised below, outside the nursery's exception group
-            error = exc
-        nursery.cancel_scope.cancel()
-    if ex.gone:
-        raise ClientGone
-    if error is not None:
-        raise error
-    assert result is not None
-    return result
-
-
-class HttpApi:
-    """The ASGI application; ``status()`` adds the node's p2p view to /health and /metrics."""
-
-    def __init__(self, engine: Engine, status: StatusFn | None = None) -> None:
-        self.engine = engine
-        self.status = status or dict
-        self.created = int(time.time())
-        self.routes: dict[str, dict[str, Callable[[Exchange], Awaitable[None]]]] = {
-            "/v1/completions": {"POST": self.completions},
-            "/v1/models": {"GET": self.models},
-            "/health": {"GET": self.health},
-            "/metrics": {"GET": self.metrics},
-        }
-
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        ex = Exchange(scope, receive, send)
-        started = time.perf_counter()
-        try:
-            await self._dispatch(ex)
+            result = await self._watched(receive, self._chunker(head) if self.stream else None)
         except ClientGone:
-            log.debug("client went away: %s %s", scope["method"], scope["path"])
-        except Exception as exc:
-            await self._fail(ex, exc)
-        wall = time.perf_counter() - started
-        log.debug("%s %s -> %s in %.3f s", scope["method"], scope["path"], ex.status or "-", wall)
-
-    async def _dispatch(self, ex: Exchange) -> None:
-        path, method = ex.scope["path"], ex.scope["method"]
-        methods = self.routes.get(path)
-        if methods is None:
-            raise HttpError(404, f"no such route: {path[:64]!r}", code="not_found")
-        handler = methods.get(method)
-        if handler is None:
-            allowed = ", ".join(methods)
-            err = HttpError(405, f"{path} accepts {allowed}, not {method}", code="method_not_allowed")
-            await ex.json(405, err.body(), [(b"allow", allowed.encode())])
+            log.debug("client went away during job")
             return
-        await handler(ex)
-
-    async def _fail(self, ex: Exchange, exc: Exception) -> None:
-        err = _answer(exc)
-        if ex.started:  # too late for a status code; the stream handler reports its own errors
-            log.warning("error after the response started: %s", err.message)
+        except SpecmarketError as exc:
+            err = http_error_for(exc) or HttpError(500, "internal server error", code="internal_error")
+            if not self.started:
+                await _json(err.body(), err.status)(scope, receive, send)
+                return
+            await self._event(err.body(), more=False)
             return
-        await ex.json(err.status, err.body())
-
-    def _status(self) -> dict[str, Any]:
-        try:
-            extra = self.status()
-        except Exception:
-            log.exception("status() failed")
-            return {}
-        return _finite(extra) if isinstance(extra, dict) else {}
-
-    async def completions(self, ex: Exchange) -> None:
-        body = parse_json_object(await ex.read_body())
-        req, stream = parse_completion(body, self.engine.model_name)
-        if stream:
-            await self._stream(ex, req)
+        if not self.stream:
+            head["id"] = self.wire.id_prefix + result.job
+            await _json(self.wire.answer(head, result))(scope, receive, send)
             return
-        result = await _watched(ex, functools.partial(self.engine.complete, req))
-        await ex.json(200, completion_object(result, self.engine.model_name, int(time.time())))
+        await self._event(self.wire.final(head, result))
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
-    async def _stream(self, ex: Exchange, req: CompletionRequest) -> None:
-        """SSE: a chunk per verified chunk, a final chunk with the audit data, then [DONE].
+    async def _watched(self, receive: Receive, on_chunk) -> CompletionResult:
+        result: CompletionResult | None = None
+        error: SpecmarketError | None = None
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._watch_disconnect, receive, tasks.cancel_scope)
+            try:
+                result = await self.engine.complete(self.req, on_chunk)
+            except SpecmarketError as exc:  # re-raised below, outside the task group's exception group
+                error = exc
+            tasks.cancel_scope.cancel()
+        if self.gone:
+            raise ClientGone
+        if error is not None:
+            raise error
+        assert result is not None
+        return result
 
-        The 200 header goes out with the first chunk, so errors found before any token (a prompt too
-        long for the context window) still get a proper status code.
-        """
-        cid, model, created = f"cmpl-{secrets.token_hex(8)}", self.engine.model_name, int(time.time())
+    async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.gone = True
+        scope.cancel()
 
+    def _chunker(self, head: dict[str, Any]) -> Callable[[tuple[int, ...], str], Awaitable[None]]:
         async def on_chunk(tokens: tuple[int, ...], text: str) -> None:
-            await self._event(ex, chunk_object(cid, model, created, text, tokens))
+            for event in self.wire.chunks(head, text, tokens, first=not self.started):
+                await self._event(event)
 
-        try:
-            result = await _watched(ex, functools.partial(self.engine.complete, req, on_chunk))
-        except ClientGone:
-            raise
-        except Exception as exc:
-            if not ex.started:
-                raise
-            await self._event(ex, _answer(exc).body(), more=False)
-            return
-        await self._event(ex, final_chunk_object(cid, model, created, result))
-        await ex.write(b"data: [DONE]\n\n", more=False)
+        return on_chunk
 
-    async def _event(self, ex: Exchange, obj: Any, *, more: bool = True) -> None:
-        if not ex.started:
-            await ex.start(200, SSE_HEADERS)
-        await ex.write(b"data: " + dumps(obj) + b"\n\n", more=more)
-
-    async def models(self, ex: Exchange) -> None:
-        await ex.json(200, models_object(self.engine.model_name, self.created))
-
-    async def health(self, ex: Exchange) -> None:
-        body: dict[str, Any] = {
-            "status": "ok",
-            "model": self.engine.model_name,
-            "active_jobs": self.engine.counters.snapshot()["active_jobs"],
-        }
-        body.update((k, v) for k, v in self._status().items() if k not in body)
-        await ex.json(200, body)
-
-    async def metrics(self, ex: Exchange) -> None:
-        drafters = self._status().get("drafters")
-        text = render_metrics(self.engine.counters.snapshot(), drafters if isinstance(drafters, dict) else {})
-        await ex.respond(200, text.encode(), METRICS_HEADERS)
+    async def _event(self, obj: BaseModel | dict[str, Any], *, more: bool = True) -> None:
+        assert self._send is not None
+        if not self.started:
+            self.started = True
+            await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        await self._send({"type": "http.response.body", "body": f"data: {_dumps(obj)}\n\n".encode(), "more_body": more})
 
 
-def build_app(engine: Engine, status: StatusFn | None = None) -> App:
+class Routes:
+    """The endpoints; ``status()`` adds the node's p2p view to /health and /metrics."""
+
+    def __init__(self, engine: Engine, status: StatusFn) -> None:
+        self.engine, self.status = engine, status
+        self.metrics = ApiMetrics(engine, status)
+        self.created = int(time.time())
+
+    def _job(self, body: Sampling, prompt: str | tuple[int, ...], wire: Wire) -> JobResponse:
+        if body.model is not None and body.model != self.engine.model_name:
+            shown, served = body.model[:MAX_ECHOED_CHARS], self.engine.model_name
+            message = f"the model '{shown}' does not exist; this server serves '{served}'"
+            raise HttpError(404, message, param="model", code="model_not_found")
+        return JobResponse(self.engine, body.engine_request(prompt), wire, stream=body.stream)
+
+    async def completions(self, request: Request) -> Response:
+        body = await parse_body(request, CompletionBody)
+        return self._job(body, body.prompt, TextWire())
+
+    async def chat_completions(self, request: Request) -> Response:
+        """The messages through the model's chat template; the receipt covers the templated ids."""
+        body = await parse_body(request, ChatBody)
+        messages = [m.model_dump(include={"role", "content"}) for m in body.messages]
+        return self._job(body, chat_prompt(self.engine.pair.tokenizer, messages), ChatWire())
+
+    async def models(self) -> Response:
+        return _json(ModelList(data=[ModelCard(id=self.engine.model_name, created=self.created)]))
+
+    async def health(self) -> Response:
+        extra = {k: v for k, v in self.status().items() if k not in Health.model_fields}
+        active = self.engine.counters.snapshot()["active_jobs"]
+        return _json(Health(model=self.engine.model_name, active_jobs=active, **extra))
+
+    async def metrics_text(self) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+
+ERRORS = {400: {"model": ErrorResponse}, 404: {"model": ErrorResponse}, 413: {"model": ErrorResponse}}
+
+
+def _post(
+    app: FastAPI, path: str, endpoint, body: type[BaseModel], answer: type[BaseModel], chunk: type[BaseModel]
+) -> None:
+    """A POST route whose body is parsed by ``parse_body`` (so FastAPI is told its schema here)."""
+    ref = "#/components/schemas/{}".format
+    request_body = {"requestBody": {"required": True, "content": {JSON: {"schema": {"$ref": ref(body.__name__)}}}}}
+    events = {"text/event-stream": {"schema": {"$ref": ref(chunk.__name__)}}}
+    responses = {**ERRORS, 200: {"content": events, "description": "one JSON object, or events with stream"}}
+    app.add_api_route(
+        path, endpoint, methods=["POST"], response_model=answer, responses=responses, openapi_extra=request_body
+    )
+
+
+def _openapi(app: FastAPI, bodies: tuple[type[BaseModel], ...]) -> Callable[[], dict[str, Any]]:
+    """FastAPI's schema plus the models it does not see: the request bodies and the stream chunks."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            models = [(m, "validation") for m in bodies]
+            _, defs = models_json_schema(models, ref_template="#/components/schemas/{model}")
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(defs.get("$defs", {}))
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return openapi
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def on_starlette(request: Request, exc: HTTPException) -> Response:
+        path, method = request.url.path, request.method
+        if exc.status_code == 404:
+            err = HttpError(404, f"no such route: {path[:MAX_ECHOED_CHARS]!r}", code="not_found")
+        elif exc.status_code == 405:
+            allowed = (exc.headers or {}).get("Allow", "")
+            err = HttpError(405, f"{path} accepts {allowed}, not {method}", code="method_not_allowed")
+        else:
+            err = HttpError(exc.status_code, str(exc.detail))
+        response = _json(err.body(), err.status)
+        response.headers.update(exc.headers or {})
+        return response
+
+    async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
+        err = validation_error(list(exc.errors()))
+        return _json(err.body(), err.status)
+
+    async def on_error(request: Request, exc: SpecmarketError) -> Response:  # HttpError included
+        err = http_error_for(exc) or HttpError(500, "internal server error", code="internal_error")
+        if err.status >= 500:
+            log.warning("request failed: %s", err.message)
+        return _json(err.body(), err.status)
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.error("unexpected error while serving %s %s", request.method, request.url.path, exc_info=exc)
+        return _json(HttpError(500, "internal server error", code="internal_error").body(), 500)
+
+    app.add_exception_handler(HTTPException, on_starlette)
+    app.add_exception_handler(RequestValidationError, on_invalid)
+    app.add_exception_handler(SpecmarketError, on_error)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def build_app(engine: Engine, status: StatusFn | None = None) -> FastAPI:
     """The ASGI app serving ``engine``; ``status()`` returns the node's JSON-ready p2p view (or None: {})."""
-    return HttpApi(engine, status)
+    routes = Routes(engine, status or dict)
+    app = FastAPI(title="specmarket target", version="1", docs_url=None, redoc_url=None)
+    _post(app, "/v1/completions", routes.completions, CompletionBody, Completion, Completion)
+    _post(app, "/v1/chat/completions", routes.chat_completions, ChatBody, ChatCompletion, ChatCompletionChunk)
+    app.add_api_route("/v1/models", routes.models, methods=["GET"], response_model=ModelList)
+    app.add_api_route("/health", routes.health, methods=["GET"], response_model=Health)
+    text = {200: {"content": {CONTENT_TYPE.split(";")[0]: {}}, "description": "Prometheus text format 0.0.4"}}
+    app.add_api_route("/metrics", routes.metrics_text, methods=["GET"], responses=text, response_class=Response)
+    app.openapi = _openapi(app, (CompletionBody, ChatBody, ChatCompletionChunk))  # type: ignore[method-assign]
+    _install_error_handlers(app)
+    return app
 
 
 def http_config(host: str, port: int) -> Config:
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None  # requests are logged at DEBUG by the app itself
+    config.accesslog = None
     config.errorlog = log
     config.graceful_timeout = GRACEFUL_SHUTDOWN_S
     return config
@@ -329,7 +342,7 @@ class _FirstBind:
 
 
 async def serve_http(
-    app: App,
+    app: FastAPI,
     host: str,
     port: int,
     *,

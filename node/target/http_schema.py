@@ -1,37 +1,54 @@
-"""The OpenAI-compatible wire format: request parsing, response objects, Prometheus text. No I/O here.
+"""The OpenAI-compatible wire format as pydantic models, and the project's error shape. No I/O here.
 
-Nothing that arrives over HTTP is trusted: every field is type-checked here (a JSON ``true`` is not
-an integer, NaN/Infinity are not numbers) before ``CompletionRequest`` checks the ranges.
+Nothing that arrives over HTTP is trusted. A body, parsed as strict JSON by ``http_api.parse_body``
+(no NaN or Infinity), is validated in pydantic's strict mode (a JSON ``true`` is not an integer,
+``"5"`` is not a number), with the size bounds below. Value ranges (temperature, top_p, top_k, seed,
+max_tokens >= 1) are left to ``CompletionRequest``, which checks the libp2p protocol's requests too.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal
 
-from node.target.engine import CompletionRequest, CompletionResult
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from node.target.chat import ROLES
+from node.target.engine import MAX_PROMPT_CHARS, CompletionRequest, CompletionResult
+from p2p.messages import MAX_NEW_TOKENS
 from verifier.errors import ContextTooLong, InvalidParams, SpecmarketError, error_leaves
 
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TOKENS = 16
+MAX_CHAT_MESSAGES = 128
 MAX_ECHOED_CHARS = 64  # client-supplied strings quoted back in error messages are cut to this
-REQUEST_FIELDS = ("prompt", "max_tokens", "seed", "temperature", "top_k", "top_p")
+REQUEST_FIELDS = ("prompt", "messages", "max_tokens", "seed", "temperature", "top_k", "top_p")
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
-METRIC_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-GAUGE_SUFFIXES = ("_ms", "_seconds", "_rate", "_ratio", "_score")
-ENGINE_METRICS = (  # (EngineCounters field, metric name, type, help)
-    ("requests", "requests_total", "counter", "Completion jobs started."),
-    ("requests_failed", "requests_failed_total", "counter", "Completion jobs that failed or were cancelled."),
-    ("tokens_generated", "tokens_generated_total", "counter", "Verified tokens generated."),
-    ("target_passes", "target_passes_total", "counter", "Target model forward passes."),
-    ("target_positions", "target_positions_total", "counter", "Positions scored by the target (prefill included)."),
-    ("draft_tokens_proposed", "draft_tokens_proposed_total", "counter", "Draft tokens proposed by drafters."),
-    ("draft_tokens_accepted", "draft_tokens_accepted_total", "counter", "Draft tokens accepted by verification."),
-    ("active_jobs", "active_jobs", "gauge", "Completion jobs running now."),
-)
+OWN_ERRORS = ("unsupported", "prompt_shape", "invalid_text", "chat_too_long")  # their messages name the field
+NEUTRAL: dict[str, tuple[Any, ...]] = {  # OpenAI fields this server cannot honour: accepted only as these
+    "n": (1,),
+    "best_of": (1,),
+    "echo": (False,),
+    "suffix": ("",),
+    "stop": ([], ""),
+    "logprobs": (False,),
+    "top_logprobs": (),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "logit_bias": ({},),
+}
 
 
 class HttpError(SpecmarketError):
@@ -49,127 +66,119 @@ class HttpError(SpecmarketError):
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
 
-def _json_type(value: Any) -> str:
+# --- requests ------------------------------------------------------------------------------------
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
     return "null" if value is None else JSON_TYPES.get(type(value), type(value).__name__)
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise HttpError(400, f"{name} is not a valid JSON number", code="invalid_json")
-
-
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object; anything else is a 400."""
+def _valid_text(value: str, info: ValidationInfo) -> str:
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise HttpError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
-    if not isinstance(data, dict):
-        raise HttpError(400, f"the request body must be a JSON object, got {_json_type(data)}", code="invalid_json")
-    return data
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
-
-
-# OpenAI fields this server cannot honour: (accepted when the value is its default, hint)
-UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "n": (lambda v: v is None or (_is_int(v) and v == 1), "only n=1"),
-    "best_of": (lambda v: v is None or (_is_int(v) and v == 1), "only best_of=1"),
-    "logprobs": (lambda v: v is None, "logprobs are not returned"),
-    "echo": (lambda v: v is None or v is False, "only echo=false"),
-    "suffix": (lambda v: v is None or v == "", "insertion is not supported"),
-    "stop": (lambda v: v is None or v == [], "stop sequences are not supported"),
-    "presence_penalty": (lambda v: v is None or (_is_number(v) and v == 0), "only 0"),
-    "frequency_penalty": (lambda v: v is None or (_is_number(v) and v == 0), "only 0"),
-    "logit_bias": (lambda v: v is None or v == {}, "only an empty logit_bias"),
-}
-
-
-def _check_unsupported(body: dict[str, Any]) -> None:
-    for name, (accepted, hint) in UNSUPPORTED.items():
-        if name in body and not accepted(body[name]):
-            raise HttpError(400, f"'{name}' is not supported by this server ({hint})", param=name, code="unsupported")
-
-
-def _check_model(body: dict[str, Any], model_name: str) -> None:
-    model = body.get("model")
-    if model is None:
-        return
-    if not isinstance(model, str):
-        raise HttpError(400, f"'model' must be a string, got {_json_type(model)}", param="model")
-    if model != model_name:
-        shown = model[:MAX_ECHOED_CHARS]
-        raise HttpError(
-            404,
-            f"the model '{shown}' does not exist; this server serves '{model_name}'",
-            param="model",
-            code="model_not_found",
-        )
-
-
-def _prompt(body: dict[str, Any]) -> str:
-    prompt = body.get("prompt")
-    if prompt is None:
-        raise HttpError(400, "'prompt' is required", param="prompt", code="missing_required_parameter")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise HttpError(
-            400,
-            f"'prompt' must be a string or a list of exactly one string, got {_json_type(prompt)} "
-            "(token-id and batched prompts are not supported)",
-            param="prompt",
-        )
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates from "\ud800" escapes
-        raise HttpError(400, "'prompt' is not valid Unicode text", param="prompt") from exc
-    return prompt
-
-
-def _field(body: dict[str, Any], name: str, default: Any, check: Callable[[Any], bool], kind: str) -> Any:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not check(value):
-        raise HttpError(400, f"'{name}' must be {kind}, got {_json_type(value)}", param=name)
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates from "\ud800" escapes
+        message = "'{name}' is not valid Unicode text"
+        raise PydanticCustomError("invalid_text", message, {"name": info.field_name}) from None
     return value
 
 
-def _number(body: dict[str, Any], name: str, default: float) -> float:
-    value = _field(body, name, default, lambda v: _is_int(v) or isinstance(v, float), "a number")
-    try:
-        number = float(value)
-    except OverflowError as exc:
-        raise HttpError(400, f"'{name}' is out of range", param=name) from exc
-    if not math.isfinite(number):
-        raise HttpError(400, f"'{name}' must be a finite number", param=name)
-    return number
-
-
-def parse_completion(body: dict[str, Any], model_name: str) -> tuple[CompletionRequest, bool]:
-    """(the engine request, stream?) from a ``/v1/completions`` body; unknown fields are ignored."""
-    _check_unsupported(body)
-    _check_model(body, model_name)
-    prompt = _prompt(body)
-    stream = _field(body, "stream", False, lambda v: isinstance(v, bool), "a boolean")
-    try:
-        req = CompletionRequest(
-            prompt=prompt,
-            max_tokens=_field(body, "max_tokens", DEFAULT_MAX_TOKENS, _is_int, "an integer"),
-            temperature=_number(body, "temperature", 1.0),
-            top_p=_number(body, "top_p", 1.0),
-            top_k=_field(body, "top_k", 0, _is_int, "an integer"),
-            seed=_field(body, "seed", None, _is_int, "an integer"),
+def _one_prompt(value: Any) -> Any:
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        return value[0]
+    if isinstance(value, list):
+        raise PydanticCustomError(
+            "prompt_shape",
+            "'prompt' must be a string or a list of exactly one string, got an array "
+            "(token-id and batched prompts are not supported)",
         )
-    except InvalidParams as exc:
-        raise HttpError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from exc
-    return req, stream
+    return value
+
+
+Text = Annotated[str, AfterValidator(_valid_text)]
+Prompt = Annotated[Text, BeforeValidator(_one_prompt), Field(min_length=1, max_length=MAX_PROMPT_CHARS)]
+
+
+class Sampling(BaseModel):
+    """The fields /v1/completions and /v1/chat/completions share."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
+
+    model: str | None = Field(None, description="must name the served model when given")
+    max_tokens: int = Field(DEFAULT_MAX_TOKENS, le=MAX_NEW_TOKENS, description="tokens to generate, >= 1")
+    temperature: float = Field(1.0, description="0 = greedy, at most 100")
+    top_p: float = Field(1.0, description="nucleus mass in (0, 1]; 1 = off")
+    top_k: int = Field(0, description="0 = off (an extension, as in vLLM)")
+    seed: int | None = Field(None, description="in [0, 2^64); none: the server draws one and reports it")
+    stream: bool = False
+    stream_options: dict[str, bool] | None = Field(None, description="accepted; the final chunk always has usage")
+    user: str | None = Field(None, max_length=MAX_ECHOED_CHARS * 4)
+    n: Any = None  # the NEUTRAL fields (sampling and logprob options this server does not have)
+    best_of: Any = None
+    echo: Any = None
+    suffix: Any = None
+    stop: Any = None
+    logprobs: Any = None
+    top_logprobs: Any = None
+    presence_penalty: Any = None
+    frequency_penalty: Any = None
+    logit_bias: Any = None
+
+    @field_validator(*NEUTRAL)
+    @classmethod
+    def _neutral(cls, value: Any, info: ValidationInfo) -> Any:
+        allowed = NEUTRAL[str(info.field_name)]
+        if value is None or any(type(value) is type(a) and value == a for a in allowed):
+            return value
+        shown = " or ".join(json.dumps(a) for a in allowed) or "null"
+        message = "'{name}' is not supported by this server (only {shown})"
+        raise PydanticCustomError("unsupported", message, {"name": info.field_name, "shown": shown})
+
+    def engine_request(self, prompt: str | tuple[int, ...]) -> CompletionRequest:
+        """The engine's request; a value out of range is a 400 naming its field."""
+        try:
+            return CompletionRequest(prompt, self.max_tokens, self.temperature, self.top_p, self.top_k, self.seed)
+        except InvalidParams as exc:
+            raise HttpError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from exc
+
+
+class CompletionBody(Sampling):
+    """``POST /v1/completions``. Unknown fields are ignored, as OpenAI clients send many."""
+
+    prompt: Prompt
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    role: Literal[ROLES]  # type: ignore[valid-type]
+    content: Annotated[Text, Field(max_length=MAX_PROMPT_CHARS)]
+    name: str | None = Field(None, max_length=MAX_ECHOED_CHARS, description="accepted and ignored")
+
+
+class ChatBody(Sampling):
+    """``POST /v1/chat/completions``: the messages go through the model's chat template
+    (``node.target.chat``). Unknown fields are refused; the OpenAI fields listed are accepted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_CHAT_MESSAGES)
+    max_completion_tokens: int | None = Field(None, le=MAX_NEW_TOKENS, description="the newer name of max_tokens")
+
+    @field_validator("messages")
+    @classmethod
+    def _bounded(cls, messages: list[ChatMessage]) -> list[ChatMessage]:
+        total = sum(len(m.content) for m in messages)
+        if total > MAX_PROMPT_CHARS:
+            message = "'messages' hold {total} characters; the limit is {limit}"
+            raise PydanticCustomError("chat_too_long", message, {"total": total, "limit": MAX_PROMPT_CHARS})
+        return messages
+
+    @model_validator(mode="after")
+    def _newer_name(self) -> ChatBody:
+        if self.max_completion_tokens is not None:
+            self.max_tokens = self.max_completion_tokens
+        return self
 
 
 def _named_field(message: str) -> str | None:
@@ -178,10 +187,35 @@ def _named_field(message: str) -> str | None:
     return min(found)[1] if found else None
 
 
+def _where(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a field path: ("messages", 0, "role") -> "messages[0].role"."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path
+
+
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> HttpError:
+    """The 400 for a body that failed validation (pydantic's error list): its first error, naming the field."""
+    error = errors[0]
+    loc = tuple(p for p in error["loc"] if p != "body")
+    param = _where(loc) or None
+    kind = error["type"]
+    if kind in OWN_ERRORS:
+        message, code = error["msg"], "unsupported" if kind == "unsupported" else "invalid_value"
+    elif kind == "missing":
+        message, code = f"'{param}' is required", "missing_required_parameter"
+    elif kind == "extra_forbidden":
+        message, code = f"'{param}' is not a field of this request", "unknown_field"
+    else:
+        got = f", got {json_type(error.get('input'))}" if kind.endswith("_type") else ""
+        message, code = f"'{param}': {error['msg']}{got}", "invalid_value"
+    return HttpError(400, message, param=param, code=code)
+
+
 def http_error_for(exc: BaseException) -> HttpError | None:
-    """The answer to a failed job (trio wraps errors in ExceptionGroups); None for an unexpected error."""
-    leaves = error_leaves(exc)
-    known = [e for e in leaves if isinstance(e, SpecmarketError)]
+    """The answer to a failed request (trio wraps errors in ExceptionGroups); None for an unexpected error."""
+    known = [e for e in error_leaves(exc) if isinstance(e, SpecmarketError)]
     if not known:
         return None
     err = known[0]
@@ -194,78 +228,177 @@ def http_error_for(exc: BaseException) -> HttpError | None:
     return HttpError(500, str(err) or type(err).__name__, code=type(err).__name__)
 
 
-def extension(result: CompletionResult) -> dict[str, Any]:
-    """The ``specmarket`` object: everything needed to audit the answer."""
-    return {
-        "job": result.job,
-        "tokens": list(result.tokens),
-        "prompt_tokens": list(result.prompt_tokens),
-        "seed": result.seed,
-        "stats": dict(result.stats),
-        "credits": dict(result.credits),
-        "receipt": result.receipt,  # the operator's signed receipt (null when the node is not bonded)
-    }
+# --- responses -----------------------------------------------------------------------------------
+
+FinishReason = Literal["length", "stop"]
 
 
-def _usage(result: CompletionResult) -> dict[str, int]:
+class ErrorDetail(BaseModel):
+    message: str
+    type: Literal["invalid_request_error", "server_error"]
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class Extension(BaseModel):
+    """The ``specmarket`` object: everything needed to audit the answer (``prompt_tokens`` are the
+    ids the target conditioned on, for a chat the templated ones; ``receipt`` is null when unbonded)."""
+
+    job: str
+    tokens: list[int]
+    prompt_tokens: list[int]
+    seed: int
+    stats: dict[str, float | int]
+    credits: dict[str, int]  # drafter peer id -> its draft tokens that were accepted
+    receipt: dict[str, Any] | None
+
+
+class ChunkExtension(BaseModel):
+    tokens: list[int]  # the token ids of this chunk
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Answer(BaseModel):
+    """What every object of one answer shares; the last stream chunk has usage and the full
+    ``specmarket`` object, the other chunks ``{"tokens": [...]}``."""
+
+    id: str
+    created: int
+    model: str
+    usage: Usage | None = None
+    specmarket: Extension | ChunkExtension | None = None
+
+
+class TextChoice(BaseModel):
+    text: str
+    index: int = 0
+    logprobs: None = None
+    finish_reason: FinishReason | None
+
+
+class Completion(Answer):
+    object: Literal["text_completion"] = "text_completion"
+    choices: list[TextChoice]
+
+
+class ChatMessageOut(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: ChatMessageOut
+    logprobs: None = None
+    finish_reason: FinishReason
+
+
+class ChatCompletion(Answer):
+    object: Literal["chat.completion"] = "chat.completion"
+    choices: list[ChatChoice]
+
+
+class Delta(BaseModel):
+    """The first chunk's delta has the role, the later ones content; unset fields are left out."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_nulls(self, handler: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: Delta
+    logprobs: None = None
+    finish_reason: FinishReason | None
+
+
+class ChatCompletionChunk(Answer):
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    choices: list[ChatChunkChoice]
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "specmarket"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Health(BaseModel):
+    """``status``, ``model`` and ``active_jobs``, plus the node's view (peer id, drafters, operator)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["ok"] = "ok"
+    model: str
+    active_jobs: int
+
+
+# --- the objects of both APIs --------------------------------------------------------------------
+
+
+def audit_data(result: CompletionResult) -> dict[str, Any]:
+    """``usage`` and the full ``specmarket`` object of a finished job."""
     prompt, completion = len(result.prompt_tokens), len(result.tokens)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    return {"usage": usage, "specmarket": Extension.model_validate(result, from_attributes=True)}
 
 
-def _envelope(cid: str, model: str, created: int, text: str, finish_reason: str | None) -> dict[str, Any]:
-    choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
-    return {"id": cid, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
+class TextWire:
+    """``/v1/completions``: ``text_completion`` objects, streamed or not."""
+
+    id_prefix = "cmpl-"
+
+    def answer(self, head: dict[str, Any], result: CompletionResult) -> Completion:
+        choice = TextChoice(text=result.text, finish_reason=result.finish_reason)
+        return Completion(**head, choices=[choice], **audit_data(result))
+
+    def chunks(self, head: dict[str, Any], text: str, tokens: tuple[int, ...], first: bool) -> list[BaseModel]:
+        choice = TextChoice(text=text, finish_reason=None)
+        return [Completion(**head, choices=[choice], specmarket=ChunkExtension(tokens=list(tokens)))]
+
+    def final(self, head: dict[str, Any], result: CompletionResult) -> Completion:
+        choice = TextChoice(text="", finish_reason=result.finish_reason)
+        return Completion(**head, choices=[choice], **audit_data(result))
 
 
-def completion_object(result: CompletionResult, model: str, created: int) -> dict[str, Any]:
-    body = _envelope(f"cmpl-{result.job}", model, created, result.text, result.finish_reason)
-    return {**body, "usage": _usage(result), "specmarket": extension(result)}
+class ChatWire:
+    """``/v1/chat/completions``: a ``chat.completion``, or ``chat.completion.chunk`` objects."""
+
+    id_prefix = "chatcmpl-"
+
+    def answer(self, head: dict[str, Any], result: CompletionResult) -> ChatCompletion:
+        choice = ChatChoice(message=ChatMessageOut(content=result.text), finish_reason=result.finish_reason)
+        return ChatCompletion(**head, choices=[choice], **audit_data(result))
+
+    def chunks(self, head: dict[str, Any], text: str, tokens: tuple[int, ...], first: bool) -> list[BaseModel]:
+        """The first verified chunk is preceded by the one that gives the role."""
+        role = ChatChunkChoice(delta=Delta(role="assistant", content=""), finish_reason=None)
+        opening = [ChatCompletionChunk(**head, choices=[role])] if first else []
+        choice = ChatChunkChoice(delta=Delta(content=text), finish_reason=None)
+        return [*opening, ChatCompletionChunk(**head, choices=[choice], specmarket=ChunkExtension(tokens=list(tokens)))]
+
+    def final(self, head: dict[str, Any], result: CompletionResult) -> ChatCompletionChunk:
+        choice = ChatChunkChoice(delta=Delta(), finish_reason=result.finish_reason)
+        return ChatCompletionChunk(**head, choices=[choice], **audit_data(result))
 
 
-def chunk_object(cid: str, model: str, created: int, text: str, tokens: tuple[int, ...]) -> dict[str, Any]:
-    return {**_envelope(cid, model, created, text, None), "specmarket": {"tokens": list(tokens)}}
-
-
-def final_chunk_object(cid: str, model: str, created: int, result: CompletionResult) -> dict[str, Any]:
-    body = _envelope(cid, model, created, "", result.finish_reason)
-    return {**body, "usage": _usage(result), "specmarket": extension(result)}
-
-
-def models_object(model: str, created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "specmarket"}]}
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> list[str]:
-    lines = [f"# HELP specmarket_{name} {help_text}", f"# TYPE specmarket_{name} {kind}"]
-    return lines + [f"specmarket_{name}{labels} {value}" for labels, value in samples]
-
-
-def _drafter_series(drafters: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
-    """field -> [(label set, value)] for every finite numeric field of every drafter."""
-    series: dict[str, list[tuple[str, float]]] = {}
-    for peer in sorted(drafters, key=str):
-        stats = drafters[peer]
-        if not isinstance(stats, dict):
-            continue
-        for key, value in stats.items():
-            if isinstance(key, str) and METRIC_NAME.fullmatch(key) and _is_number(value):
-                series.setdefault(key, []).append((f'{{peer="{_label(str(peer))}"}}', value))
-    return series
-
-
-def render_metrics(counters: dict[str, int], drafters: dict[str, Any]) -> str:
-    """Prometheus text exposition format 0.0.4."""
-    lines: list[str] = []
-    for key, name, kind, help_text in ENGINE_METRICS:
-        lines += _family(name, kind, help_text, [("", counters.get(key, 0))])
-    lines += _family("drafters_known", "gauge", "Drafter peers the target knows of.", [("", len(drafters))])
-    for key, samples in sorted(_drafter_series(drafters).items()):
-        gauge = key.endswith(GAUGE_SUFFIXES) or any(isinstance(v, float) for _, v in samples)
-        name = f"drafter_{key}" if gauge or key.endswith("_total") else f"drafter_{key}_total"
-        kind = "gauge" if gauge else "counter"
-        lines += _family(name, kind, f"Per-drafter {key.replace('_', ' ')}.", samples)
-    return "\n".join(lines) + "\n"
+Wire = TextWire | ChatWire
