@@ -146,13 +146,14 @@ class MarketProposer:
             msg = Open(self.job, tuple(context), *self._params(), self.seed, self.gamma, k)
         else:
             msg = Advance(self.job, tuple(context[session.synced :]), k)
-        session.messages += 1  # before the send: its answers may be read before the send returns
+        # before the send: a draft may be read while the send is still under way (an early draft)
+        session.messages, session.sent_at = session.messages + 1, time.perf_counter()
         try:
             await session.fs.send(msg, SEND_TIMEOUT_S)
         except (StreamFailed, InvalidMessage) as exc:
             self._fail(session, f"send failed: {exc}")
             return
-        session.synced, session.sent_at = len(context), time.perf_counter()
+        session.synced = len(context)
 
     def _params(self) -> tuple[float, int, float]:
         return self.params.temperature, self.params.top_k, self.params.top_p
