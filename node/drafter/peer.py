@@ -117,6 +117,10 @@ class DrafterNode:
         context, start, count = session.extension(need)
         tokens = await trio.to_thread.run_sync(session.draft_tokens, context, start, count, cancel)
         session.extended(epoch, tokens, count, cancel)
+        if epoch != session.epoch:
+            log.debug(
+                "job %s: dropped %d of %d draft tokens at k=%d: stale work", session.job, len(tokens), count, start
+            )
 
     async def _send(self, fs: FrameStream, session: DraftSession, step: Step) -> None:
         b = session.behaviour

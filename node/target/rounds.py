@@ -280,7 +280,7 @@ class MarketProposer:
             self.drafts.arrived(msg, latency)
             r.changed.set()
         elif msg.basis:
-            self._stale(session, msg, "its basis is not what was emitted" if msg.start == r.k else "its round passed")
+            self._stale(session, msg, self._why_not(session, msg))
         else:
             log.debug("job %s: stale draft from %s (k=%d, round k=%d)", self.job, session.peer_id, msg.start, r.k)
 
@@ -297,6 +297,16 @@ class MarketProposer:
                 self.drafts.arrived(draft, None)
             else:
                 self._stale(session, draft, "its basis is not what was emitted" if draft.start == k else "skipped")
+
+    def _why_not(self, session: RemoteSession, draft: Draft) -> str:
+        r = self.round
+        if draft.start < r.k:
+            return "its round has passed"
+        if session.pending is not None:
+            return "its round had a draft already"
+        if r.closed:
+            return "its round had closed"
+        return "its basis is not what was emitted"
 
     def _stale(self, session: RemoteSession, draft: Draft, why: str) -> None:
         self.drafts.stale += 1
