@@ -165,18 +165,23 @@ class Registry:
 
     # -- outcomes --------------------------------------------------------------------------
 
-    def record_draft(self, peer_id: str, proposed: int, matched: int, latency_s: float) -> None:
-        """A draft of ``proposed`` tokens arrived in time, ``matched`` of them matched the target."""
+    def record_draft(self, peer_id: str, proposed: int, matched: int, latency_s: float | None) -> None:
+        """A draft of ``proposed`` tokens arrived in time, ``matched`` of them matched the target.
+        ``latency_s`` None: the draft was there before the round asked (an early draft), so it gives
+        no latency sample and the EWMA stays as it was."""
         s = self.stats(peer_id)
         check_count("proposed", proposed)
         check_count("matched", matched)
         if matched > proposed:
             raise MarketError(f"matched ({matched}) exceeds proposed ({proposed})")
-        if isinstance(latency_s, bool) or not isinstance(latency_s, int | float) or not 0 <= latency_s < math.inf:
-            raise MarketError(f"latency_s must be a finite number >= 0, got {latency_s!r}")
-        sample_ms = latency_s * 1000.0
-        old_ms = sample_ms if s.latency_ms is None else s.latency_ms
-        s.latency_ms = (1 - LATENCY_EWMA_ALPHA) * old_ms + LATENCY_EWMA_ALPHA * sample_ms
+        if latency_s is not None and (
+            isinstance(latency_s, bool) or not isinstance(latency_s, int | float) or not 0 <= latency_s < math.inf
+        ):
+            raise MarketError(f"latency_s must be a finite number >= 0 or None, got {latency_s!r}")
+        if latency_s is not None:
+            sample_ms = latency_s * 1000.0
+            old_ms = sample_ms if s.latency_ms is None else s.latency_ms
+            s.latency_ms = (1 - LATENCY_EWMA_ALPHA) * old_ms + LATENCY_EWMA_ALPHA * sample_ms
         s.rounds += 1
         s.proposed += proposed
         s.matched += matched

@@ -1,7 +1,8 @@
 """Protocol messages: frozen dataclasses, msgpack encoding, strict schema validation.
 
 Two protocols share the codec:
-- ``/specmarket/draft/1.0.0`` (target <-> drafter): ``open``, ``advance`` from the target; ``draft`` back.
+- ``/specmarket/draft/2.0.0`` (target <-> drafter): ``open``, ``advance`` from the target; ``draft`` back
+  (an answer to the last message, or an *early draft* for a later round that names its ``basis``).
 - ``/specmarket/generate/1.0.0`` (client <-> target): ``request`` from the client; ``chunk`` blocks,
   then ``done`` (or ``error``) back.
 
@@ -25,7 +26,7 @@ from verifier.proposal import MAX_GAMMA
 
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"  # loopback, any free port: what hosts listen on unless told
 
-DRAFT_PROTOCOL_ID = "/specmarket/draft/1.0.0"
+DRAFT_PROTOCOL_ID = "/specmarket/draft/2.0.0"  # 2.0.0: drafts carry basis and draft_ms
 GENERATE_PROTOCOL_ID = "/specmarket/generate/1.0.0"
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile
 MAX_CONTEXT_TOKENS = 8192
@@ -36,6 +37,7 @@ MAX_NEW_TOKENS = 4096
 MAX_MAP_ENTRIES = 64  # stats / credits maps in a ``done`` frame
 MAX_KEY_BYTES = 128
 MAX_RECEIPT_BYTES = 128 * 1024  # a receipt with its prompt and output tokens, as JSON
+MAX_DRAFT_MS = 600_000.0  # a drafter's reported time for one draft (informational, untrusted)
 
 
 class InvalidMessage(SpecmarketError):
@@ -67,11 +69,20 @@ class Advance:
 
 @dataclass(frozen=True)
 class Draft:
-    """drafter -> target: up to γ tokens for indices start .. start+len-1."""
+    """drafter -> target: up to γ tokens for indices start .. start+len-1.
+
+    ``basis`` (at most γ+1 ids) is what the drafter assumes occupies indices start-len(basis) ..
+    start-1: empty for an answer to ``open``/``advance`` (start = that message's k), non-empty for
+    an *early draft* of a later round. The target uses a draft for the round at k only if start == k
+    and the basis equals the tokens it emitted there. ``draft_ms`` is the drafter's own account of its
+    time on the draft (for reporting the transport share of a round trip only; never trusted).
+    """
 
     job: str
     start: int
     tokens: tuple[int, ...]
+    basis: tuple[int, ...] = ()
+    draft_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -216,12 +227,22 @@ def _request(body: dict, vocab: int, max_gamma: int) -> Request:
     )
 
 
+def _draft(body: dict, vocab: int, max_gamma: int) -> Draft:
+    start = _int(body, "start", 0, MAX_CONTEXT_TOKENS)
+    basis = _tokens(body, "basis", max_gamma + 1, vocab)
+    if len(basis) > start:
+        raise InvalidMessage(f"a basis of {len(basis)} tokens before start={start} would begin at k < 0")
+    return Draft(
+        _job(body), start, _tokens(body, "tokens", max_gamma, vocab), basis, _float(body, "draft_ms", 0.0, MAX_DRAFT_MS)
+    )
+
+
 _BUILDERS: dict[str, Callable[[dict, int, int], Message]] = {
     "open": _open,
     "advance": lambda b, v, g: Advance(
         _job(b), _tokens(b, "tokens", MAX_CONTEXT_TOKENS, v), _int(b, "start", 0, MAX_CONTEXT_TOKENS)
     ),
-    "draft": lambda b, v, g: Draft(_job(b), _int(b, "start", 0, MAX_CONTEXT_TOKENS), _tokens(b, "tokens", g, v)),
+    "draft": _draft,
     "request": _request,
     "chunk": lambda b, v, g: Chunk(
         _tokens(b, "tokens", MAX_NEW_TOKENS, v), _str(b, "text", MAX_TEXT_BYTES, empty_ok=True)

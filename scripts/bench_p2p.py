@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Benchmark speculative decoding with drafter peers over libp2p (honest, hostile-only) against plain,
-local speculative and HF assisted generation, in one run = `specmarket bench-p2p`. See `--help`."""
+"""Benchmark speculative decoding with drafter peers over libp2p (honest with and without overlap,
+hostile-only) against plain, local speculative and HF assisted generation, in one run = `specmarket
+bench-p2p`. See `--help`."""
 
 import os
 import sys

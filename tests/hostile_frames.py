@@ -38,7 +38,8 @@ REQUEST_BODY = {
     "top_p": 1.0,
     "seed": None,
 }
-DRAFT_BODY = {"type": "draft", "job": "job-1", "start": 0, "tokens": [1, 2, 3]}
+# a draft for k = 2 that names the two tokens it assumes were emitted before it (see test_remote_fuzz)
+DRAFT_BODY = {"type": "draft", "job": "job-1", "start": 2, "tokens": [1, 2, 3], "basis": [17, 99], "draft_ms": 1.5}
 
 
 def _mutated(base: dict) -> st.SearchStrategy[bytes]:

@@ -48,6 +48,10 @@ def check_serving(result: dict) -> None:
     assert rows["without_speculation"]["passes_per_token"] == 1.0  # plain decoding: one pass per token
     assert spec["target_passes"] < plain["target_passes"] and spec["draft_tokens_accepted"] > 0
     assert plain["draft_tokens_proposed"] == 0
+    # the drafting timings reach the JSON
+    assert spec["target_pass_seconds"] > 0 and plain["target_pass_seconds"] > 0
+    assert spec["draft_answers"] + spec["draft_early_hits"] > 0 and plain["draft_answers"] == 0
+    assert spec["draft_round_trip_ms_per_answer"] >= spec["draft_transport_ms_per_answer"] >= 0
     assert sum(d["accepted"] for d in result["drafters"]) == spec["draft_tokens_accepted"]
     sweep = result["local_sweep"]
     assert [p["gamma"] for p in sweep] == [1, 2, 4, 8] and all(p["identical"] for p in sweep)

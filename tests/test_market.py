@@ -86,7 +86,9 @@ def test_stats_arithmetic(reg: Registry) -> None:
     assert s.consecutive_failures == 0
     assert s.match_rate == pytest.approx(9 / 18)
     assert s.latency_ms == pytest.approx(0.8 * 50 + 0.2 * 100)
-    assert (s.lifetime_proposed, s.lifetime_matched) == (16, 8)
+    reg.record_draft("p", 4, 4, None)  # an early draft, there before the round asked: no latency sample
+    assert s.latency_ms == pytest.approx(0.8 * 50 + 0.2 * 100) and (s.rounds, s.proposed, s.matched) == (3, 20, 12)
+    assert (s.lifetime_proposed, s.lifetime_matched) == (20, 12)
 
 
 def test_snapshot_is_json_ready(reg: Registry, clock: FakeClock) -> None:

@@ -21,12 +21,11 @@ from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTr
 from libp2p.utils.varint import encode_uvarint
 
 from node.decoding import GenerateConfig, generate
-from node.drafter.config import DrafterConfig
-from node.drafter.peer import DrafterNode
 from node.lab.trio_thread import TrioThread
 from p2p.framing import FrameStream
 from p2p.host import make_host, parse_listen, parse_peer_addr
 from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, TO_TARGET, Draft, Open
+from tests import netutil
 from tests.hostile_frames import OPEN_BODY, REQUEST_BODY, frames_for
 from tests.netutil import complete, http_json, start_target, wait_for_drafters
 
@@ -53,18 +52,9 @@ def target(tmp_path_factory):
     assert node.stop() == 0, node.log()[-3000:]
 
 
-class InProcessDrafter:
+class InProcessDrafter(netutil.InProcessDrafter):
     def __init__(self, portal: TrioThread, tmp, bootstrap: str, strategy: str, slow_ms: int = SLOW_MS) -> None:
-        cfg = DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=tmp / strategy, slow_ms=slow_ms)
-        self.node = DrafterNode(cfg)
-        self.portal = portal
-        self.addrs, self._stop = portal.start(self.node.run)
-        self.peer_id = self.addrs[0].rsplit("/", 1)[-1]
-
-    def stop(self) -> None:
-        """Graceful, as on Ctrl-C: the drafter withdraws its registration, then stops."""
-        trio.from_thread.run_sync(self.node.request_stop, trio_token=self.portal.token)
-        self._stop(5.0)
+        super().__init__(portal, tmp, bootstrap, strategy, slow_ms=slow_ms)
 
 
 def wait_until_forgotten(http: str, peer_id: str, timeout_s: float = 10.0) -> None:

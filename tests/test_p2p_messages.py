@@ -30,6 +30,8 @@ GOOD = [
     Advance("job-1", (3, 9), 7),
     Draft("job-1", 7, (1, 2, 3, 4)),
     Draft("j", 0, ()),
+    Draft("job-1", 12, (1, 2, 3, 4), (5, 6, 7, 8, 9), 12.5),  # an early draft: basis at k = 7 .. 11
+    Draft("j", 5, (), (1, 2, 3, 4, 5), 0.0),  # the basis may reach back to k = 0
     Request("def f(", 32, 0.7, 0, 0.9, None),
     Request("x", 1, 1.0, 5, 1.0, 12),
     Chunk((1, 2), "ab"),
@@ -49,6 +51,10 @@ def _frame(**body) -> bytes:
     return msgpack.packb(body, use_bin_type=True)
 
 
+def _draft(**overrides) -> bytes:
+    return _frame(**{"type": "draft", "job": "j", "start": 0, "tokens": [], "basis": [], "draft_ms": 0.0, **overrides})
+
+
 def _open(**overrides) -> bytes:
     body = {"type": "open", "job": "j", "context": [1], "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
     return _frame(**{**body, "gamma": 4, "start": 0, **overrides})
@@ -59,15 +65,28 @@ def _open(**overrides) -> bytes:
     [
         (b"\xc1", "not valid msgpack"),
         (b"\x92\x01", "not valid msgpack"),  # truncated array
-        (_frame(type="draft", job="j", start=0, tokens=[V]), "not a token id"),
-        (_frame(type="draft", job="j", start=0, tokens=[-1]), "not a token id"),
-        (_frame(type="draft", job="j", start=0, tokens=[True]), "not a token id"),
-        (_frame(type="draft", job="j", start=0, tokens=list(range(17))), "at most 16"),
-        (_frame(type="draft", job="j", start=-1, tokens=[]), "'start'"),
-        (_frame(type="draft", job="", start=0, tokens=[]), "'job'"),
-        (_frame(type="draft", job="j" * 65, start=0, tokens=[]), "'job'"),
-        (_frame(type="draft", job="j", start=0, tokens=[], extra=1), "fields"),
-        (_frame(type="draft", job="j", start=0), "fields"),
+        (_draft(tokens=[V]), "not a token id"),
+        (_draft(tokens=[-1]), "not a token id"),
+        (_draft(tokens=[True]), "not a token id"),
+        (_draft(tokens=list(range(17))), "at most 16"),
+        (_draft(start=-1), "'start'"),
+        (_draft(job=""), "'job'"),
+        (_draft(job="j" * 65), "'job'"),
+        (_draft(extra=1), "fields"),
+        (_frame(type="draft", job="j", start=0, tokens=[]), "fields"),  # a 1.0.0 draft: no basis, no draft_ms
+        (_draft(start=20, basis=list(range(18))), "'basis' must be a list of at most 17"),  # > γ+1 (γ = 16)
+        (_draft(start=2, basis=[1, 2, 3]), "k < 0"),
+        (_draft(start=3, basis=[1, 2.0]), "'basis' holds 2.0"),
+        (_draft(start=3, basis=[1, True]), "'basis' holds True"),
+        (_draft(start=3, basis=["a"]), "'basis' holds 'a'"),
+        (_draft(start=3, basis=[V]), "'basis' holds 4096"),
+        (_draft(start=3, basis=1), "'basis' must be a list"),
+        (_draft(draft_ms=-1.0), "'draft_ms'"),
+        (_draft(draft_ms=float("nan")), "'draft_ms'"),
+        (_draft(draft_ms=float("inf")), "'draft_ms'"),
+        (_draft(draft_ms=1e9), "'draft_ms'"),
+        (_draft(draft_ms=True), "'draft_ms'"),
+        (_draft(draft_ms="5"), "'draft_ms'"),
         (_frame(type="bogus"), "unexpected message type"),
         (msgpack.packb([1, 2, 3]), "msgpack map"),
         (_open(context=[]), "non-empty"),
@@ -93,6 +112,16 @@ def _open(**overrides) -> bytes:
 def test_bad_frames_are_rejected_with_a_clear_message(frame, message):
     with pytest.raises(InvalidMessage, match=message):
         decode(frame, vocab_size=V)
+
+
+def test_basis_is_bounded_by_the_sessions_gamma():
+    """With γ = 4 (the target's FrameStream passes its γ) a basis may hold γ+1 = 5 ids, not 6."""
+    ok = _draft(start=9, tokens=[1, 2, 3, 4], basis=[1, 2, 3, 4, 5])
+    assert decode(ok, vocab_size=V, max_gamma=4).basis == (1, 2, 3, 4, 5)
+    with pytest.raises(InvalidMessage, match="'basis' must be a list of at most 5"):
+        decode(_draft(start=9, basis=[1, 2, 3, 4, 5, 6]), vocab_size=V, max_gamma=4)
+    with pytest.raises(InvalidMessage, match="'tokens' must be a list of at most 4"):
+        decode(_draft(start=9, tokens=[1, 2, 3, 4, 5]), vocab_size=V, max_gamma=4)
 
 
 def test_oversized_outgoing_message_is_refused():

@@ -2,7 +2,8 @@
 
 A real libp2p host pair in one trio loop: the target side runs the market's job/session code
 (`node/target/market.py`, `node/target/rounds.py`); the "drafter" answers the `open` with arbitrary wire bytes.
-Whatever arrives, the round must return a valid proposal (or none) and never raise.
+Whatever arrives, the round must return a valid proposal (or none) and never raise; a well-formed
+draft is used only if it is for the round's k and its basis names the tokens really emitted.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from verifier.params import SamplingParams
 
 V = 4096
 GAMMA = 4
-CONTEXT = [0, 17, 99]
+CONTEXT = [0, 17, 99]  # the prompt [0], then the emitted tokens 17, 99: the round is at k = 2
+START = 2
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,8 @@ def expected_tokens(kind: str, wire: bytes) -> tuple[int, ...]:
     except InvalidMessage:
         return ()
     assert isinstance(msg, Draft)
-    return msg.tokens if msg.job == "job-1" and msg.start == 0 else ()
+    basis_ok = not msg.basis or tuple(CONTEXT[-len(msg.basis) :]) == msg.basis
+    return msg.tokens if msg.job == "job-1" and msg.start == START and basis_ok else ()
 
 
 async def one_round(target, drafter, ledger: Ledger, wire: bytes):
@@ -78,7 +81,7 @@ async def one_round(target, drafter, ledger: Ledger, wire: bytes):
     async with drafting.job("job-1", SamplingParams(), 1, GAMMA) as proposer:
         assert proposer is not None
         proposal = await trio.to_thread.run_sync(
-            lambda: proposer.propose(CONTEXT, start=0, gamma=GAMMA, params=SamplingParams(), seed=1)
+            lambda: proposer.propose(CONTEXT, start=START, gamma=GAMMA, params=SamplingParams(), seed=1)
         )
         session = proposer.sessions[0]
         with trio.fail_after(10):  # the hostile side closed: the session must end

@@ -128,7 +128,7 @@ def _add_bench_p2p(sub) -> None:
     d = defaults(P2PBenchConfig)
     p = sub.add_parser(
         "bench-p2p",
-        help="benchmark drafter peers over libp2p (honest, hostile) against plain, local and HF assisted",
+        help="benchmark drafter peers over libp2p (honest with and without overlap, hostile) against plain, local, HF",
         description="One process plus drafter processes, same prompts and pair; prints ratios and writes JSON.",
     )
     _bench_options(p, d)

@@ -105,6 +105,13 @@ def _add_drafter(sub) -> None:
     p.add_argument("--slow-ms", type=int, help=f"delay of the slow strategy (default {d['slow_ms']})")
     p.add_argument("--seed", type=int, help=f"seed of the random/flaky strategies (default {d['seed']})")
     p.add_argument("--threads", type=int, help=f"torch threads for drafting (default {d['threads']})")
+    p.add_argument(
+        "--no-overlap",
+        dest="overlap",
+        action="store_false",
+        default=None,
+        help="answer each round only when asked: no early drafts while the target verifies (default: overlap on)",
+    )
     p.add_argument("--config", type=Path, help="TOML file whose [drafter] table supplies defaults")
     p.set_defaults(func=_cmd_drafter)
 

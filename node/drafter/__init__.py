@@ -8,7 +8,8 @@ from verifier.exports import lazy_exports
 
 EXPORTS = {
     "node.drafter.config": ("DrafterConfig",),
-    "node.drafter.peer": ("DrafterNode", "ProtocolViolation"),
+    "node.drafter.peer": ("DrafterNode",),
+    "node.drafter.session": ("DraftSession", "ProtocolViolation"),
     "node.drafter.strategies": ("DEFAULT_SLOW_MS", "STRATEGIES"),
 }
 __getattr__, __all__ = lazy_exports(__name__, EXPORTS)

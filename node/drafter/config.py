@@ -31,6 +31,7 @@ class DrafterConfig:
     slow_ms: int = DEFAULT_SLOW_MS  # delay of the slow strategy
     seed: int = 0  # for the random strategy and flaky's drop point
     threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
+    overlap: bool = True  # draft the next block while the target verifies (early drafts); off: --no-overlap
 
     def __post_init__(self) -> None:
         get_pair(self.pair)

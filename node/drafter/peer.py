@@ -1,17 +1,19 @@
 """The drafter peer: registers with a target's rendezvous point and serves draft sessions.
 
 One long-lived stream per job. The target sends ``open`` (context, sampling params, seed, γ, k),
-then ``advance`` (the tokens emitted since the last message); after each, the drafter answers with
-a ``draft`` block for positions k .. k+γ-1. Each session keeps its own KV cache (a fork of the
-draft model sharing its weights). Drafters post no bond and are never slashed: all they can lose
-is the effort of drafting.
+then ``advance`` (the tokens emitted since the last message). The drafter answers each with a
+``draft`` for positions k .. k+γ-1 and, with overlap on, then drafts on while the target verifies
+and sends an early draft for the round after (``node.drafter.session``). Per session one task reads
+the stream (so an ``advance`` is seen at once, even mid-draft) and one drafts and sends; each session
+keeps its own KV cache (a fork of the draft model sharing its weights), used by one worker thread at
+a time. Drafters post no bond and are never slashed: all they can lose is the effort of drafting.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+import time
 
 import trio
 from libp2p.abc import IHost, INetStream
@@ -19,19 +21,14 @@ from libp2p.exceptions import BaseLibp2pError
 from libp2p.utils.varint import encode_uvarint
 
 from node.drafter.config import DrafterConfig
-from node.drafter.strategies import (
-    Behaviour,
-    garbage_frames,
-    make_behaviour,
-    make_proposer,
-)
+from node.drafter.session import DraftSession, Kind, ProtocolViolation, Step
+from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
 from node.models import HFCausalLM, load_model_dir, tokenizer_fingerprint
 from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamFailed
 from p2p.host import parse_peer_addr, peer_addrs, running_host
-from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, Draft, InvalidMessage, Open
-from verifier.decode import Proposer
-from verifier.errors import InvalidParams, SpecmarketError
+from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, InvalidMessage, Open
+from verifier.errors import InvalidParams, error_leaves
 from verifier.params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -39,40 +36,6 @@ log = logging.getLogger(__name__)
 SESSION_IDLE_TIMEOUT_S = 300.0  # a target silent this long has abandoned the job
 SEND_TIMEOUT_S = 5.0
 MAX_SESSIONS = 32
-
-
-class ProtocolViolation(SpecmarketError):
-    """The target sent a message that does not fit the session (e.g. a k that skips tokens)."""
-
-
-@dataclass
-class DraftSession:
-    """Drafter-side state of one job: the context the target has confirmed, and where k is."""
-
-    job: str
-    context: list[int]
-    params: SamplingParams
-    seed: int
-    gamma: int
-    k: int
-    proposer: Proposer
-    behaviour: Behaviour
-    drafts_sent: int = 0
-    garbage_index: int = 0
-
-    def advance(self, msg: Advance) -> None:
-        if msg.job != self.job:
-            raise ProtocolViolation(f"advance for job {msg.job!r} on the stream of job {self.job!r}")
-        if msg.start != self.k + len(msg.tokens):
-            raise ProtocolViolation(f"advance to k={msg.start} from k={self.k} with {len(msg.tokens)} tokens")
-        self.context.extend(msg.tokens)
-        self.k = msg.start
-
-    def draft(self) -> Draft:  # runs in a worker thread (model forward passes)
-        proposal = self.proposer.propose(
-            self.context, start=self.k, gamma=self.gamma, params=self.params, seed=self.seed
-        )
-        return Draft(self.job, self.k, tuple(int(t) for t in proposal.tokens))
 
 
 class DrafterNode:
@@ -92,30 +55,19 @@ class DrafterNode:
             raise ProtocolViolation(f"context of {len(msg.context)} tokens does not fit the draft model")
         proposer = make_proposer(self.cfg.strategy, fork, self.tokenizer, self.rng.randrange(1 << 32))
         behaviour = make_behaviour(self.cfg.strategy, self.rng, self.cfg.slow_ms)
-        return DraftSession(msg.job, list(msg.context), params, msg.seed, msg.gamma, msg.start, proposer, behaviour)
-
-    async def _reply(self, fs: FrameStream, session: DraftSession) -> None:
-        b = session.behaviour
-        if b.garbage:
-            frames = garbage_frames(session.job, session.k, self.model.vocab_size)
-            body = frames[session.garbage_index % len(frames)]
-            session.garbage_index += 1
-            log.info("job %s: sending a malformed frame (%d bytes) on purpose", session.job, len(body))
-            with trio.fail_after(SEND_TIMEOUT_S):
-                await fs.stream.write(encode_uvarint(len(body)) + body)
-            return
-        if len(session.context) + session.gamma > self.model.max_positions:
-            draft = Draft(session.job, session.k, ())  # out of room: an empty draft is still a valid answer
-        else:
-            draft = await trio.to_thread.run_sync(session.draft)
-        if b.delay_s:
-            await trio.sleep(b.delay_s)
-        await fs.send(draft, SEND_TIMEOUT_S)
-        session.drafts_sent += 1
-        log.debug("job %s: drafted %d tokens at k=%d", session.job, len(draft.tokens), draft.start)
-        if b.drop_after is not None and session.drafts_sent >= b.drop_after:
-            log.info("job %s: dropping the connection on purpose (flaky)", session.job)
-            await fs.stream.muxed_conn.close()
+        return DraftSession(
+            msg.job,
+            list(msg.context),
+            params,
+            msg.seed,
+            msg.gamma,
+            msg.start,
+            proposer,
+            behaviour,
+            fork.max_positions,
+            overlap=self.cfg.overlap,
+            asked_at=time.perf_counter(),
+        )
 
     async def _serve_session(self, fs: FrameStream) -> None:
         first = await fs.receive(SESSION_IDLE_TIMEOUT_S)
@@ -123,19 +75,83 @@ class DrafterNode:
             raise ProtocolViolation(f"expected open, got {type(first).__name__.lower()}")
         session = self._new_session(first)
         log.info(
-            "job %s: session opened by %s (γ=%d, context %d tokens)",
+            "job %s: session opened by %s (γ=%d, context %d tokens, overlap %s)",
             first.job,
             fs.peer_id,
             first.gamma,
             len(first.context),
+            "on" if session.overlap else "off",
         )
-        await self._reply(fs, session)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._drafting, fs, session)
+                await self._read_advances(fs, session)
+        except BaseExceptionGroup as group:  # the reader's end (or a failed send) is the session's end
+            raise error_leaves(group)[0] from None
+
+    async def _read_advances(self, fs: FrameStream, session: DraftSession) -> None:
+        """Read the target's messages as they come, drafting or not; ends the session by raising."""
+        try:
+            while True:
+                msg = await fs.receive(SESSION_IDLE_TIMEOUT_S)
+                if not isinstance(msg, Advance):
+                    raise ProtocolViolation(f"expected advance, got {type(msg).__name__.lower()}")
+                session.advance(msg, time.perf_counter())
+        finally:
+            session.stop()
+
+    async def _drafting(self, fs: FrameStream, session: DraftSession) -> None:
+        """Draft what the session needs next and send it; wait for an advance when nothing is needed."""
         while True:
-            msg = await fs.receive(SESSION_IDLE_TIMEOUT_S)
-            if not isinstance(msg, Advance):
-                raise ProtocolViolation(f"expected advance, got {type(msg).__name__.lower()}")
-            session.advance(msg)
-            await self._reply(fs, session)
+            step = session.next_step()
+            if step is None:
+                session.changed = trio.Event()
+                await session.changed.wait()
+            elif len(session.path) < step.need:
+                await self._extend(session, step.need)  # then plan again: an advance may have come meanwhile
+            else:
+                await self._send(fs, session, step)
+
+    async def _extend(self, session: DraftSession, need: int) -> None:
+        epoch, cancel = session.epoch, session.cancel
+        context, start, count = session.extension(need)
+        tokens = await trio.to_thread.run_sync(session.draft_tokens, context, start, count, cancel)
+        session.extended(epoch, tokens, count, cancel)
+        if epoch != session.epoch:
+            log.debug(
+                "job %s: dropped %d of %d draft tokens at k=%d: stale work", session.job, len(tokens), count, start
+            )
+
+    async def _send(self, fs: FrameStream, session: DraftSession, step: Step) -> None:
+        b = session.behaviour
+        draft, since = session.draft_for(step)
+        if b.delay_s:
+            await trio.sleep(b.delay_s)  # slow: the state may move on meanwhile; the draft goes out stale
+        if b.forge_basis:
+            draft = forge(draft, self.model.vocab_size)
+        draft = session.mark_sent(draft, since, time.perf_counter())
+        if b.garbage:
+            await self._send_garbage(fs, session)
+        else:
+            for _ in range(b.copies):
+                await fs.send(draft, SEND_TIMEOUT_S)
+        kind = "early draft" if step.kind is Kind.EARLY else "answer"
+        log.debug("job %s: sent %s of %d tokens at k=%d", session.job, kind, len(draft.tokens), draft.start)
+        if b.drop_after is not None and session.drafts_sent >= b.drop_after:
+            log.info("job %s: dropping the connection on purpose (flaky)", session.job)
+            # shielded: the reader sees the stream end at once, and libp2p's clean-up of the connection
+            # runs inside this call; cancelled half-way, the dead connection would stay in the swarm
+            with trio.move_on_after(SEND_TIMEOUT_S, shield=True):
+                await fs.stream.muxed_conn.close()
+            raise StreamFailed("connection dropped on purpose (flaky)")
+
+    async def _send_garbage(self, fs: FrameStream, session: DraftSession) -> None:
+        frames = garbage_frames(session.job, session.k, self.model.vocab_size)
+        body = frames[session.garbage_index % len(frames)]
+        session.garbage_index += 1
+        log.info("job %s: sending a malformed frame (%d bytes) on purpose", session.job, len(body))
+        with trio.fail_after(SEND_TIMEOUT_S):
+            await fs.stream.write(encode_uvarint(len(body)) + body)
 
     async def handle_stream(self, stream: INetStream) -> None:
         fs = FrameStream(stream, vocab_size=self.model.vocab_size, allowed=TO_DRAFTER)

@@ -1,11 +1,13 @@
-"""P2P benchmark: plain vs local speculative vs drafter peers over libp2p (honest; hostile only) vs HF.
+"""P2P benchmark: plain vs local speculative vs drafter peers over libp2p (honest, with and without
+overlap; hostile only) vs HF.
 
 One process (plus drafter subprocesses), one run, the prompts, pair and seeds of bench_local; modes
-are interleaved and the median over repeats is reported. Two TargetNodes run in this process on one
-trio loop in a background thread: one with a single honest drafter, one with only hostile drafters,
-all found through the node's rendezvous point. The hostile node gets no warm-up: exploring and
-benching hostile drafters is part of its cost. Every speculative output is checked token for token
-against plain decoding. Aims (not tests): honest p2p >= 1.0x best HF assisted; hostile >= 0.9x plain.
+are interleaved and the median over repeats is reported. Three TargetNodes run in this process on one
+trio loop in a background thread, each with its drafters found through its rendezvous point: one
+honest drafter that overlaps drafting with verification (the default), one honest drafter with
+--no-overlap, and only hostile drafters. The hostile node gets no warm-up: exploring and benching
+hostile drafters is part of its cost. Every speculative output is checked token for token against
+plain decoding. Aims (not tests): honest p2p >= 1.0x best HF assisted; hostile >= 0.9x plain.
 """
 
 from __future__ import annotations
@@ -46,10 +48,14 @@ log = logging.getLogger(__name__)
 
 HOSTILE = ("random", "adversarial", "lying", "slow", "garbage", "flaky")
 STARTUP_TIMEOUT_S = 240.0  # seven drafter processes importing torch and libp2p on two cores
-ENGINE_MODES = ("plain", "local", "p2p_honest", "p2p_hostile")
-CHECKED = ("local", "p2p_honest", "p2p_hostile")  # must equal plain token for token (GUMBEL)
+ENGINE_MODES = ("plain", "local", "p2p_honest", "p2p_honest_no_overlap", "p2p_hostile")
+CHECKED = ("local", "p2p_honest", "p2p_honest_no_overlap", "p2p_hostile")  # must equal plain token for token
 AIMS = {"p2p_honest_vs_best_hf_assisted": 1.0, "p2p_hostile_vs_plain": 0.9}
-MEDIANS = ("acceptance_rate", "mean_accepted_length", "target_passes", "draft_wait_ms_per_round")
+TARGETS = {"honest": "p2p_honest", "honest_no_overlap": "p2p_honest_no_overlap", "hostile": "p2p_hostile"}
+# per repeat, pooled over its jobs (node/target/draft_timing.py, the engine's pass time)
+TIMINGS = ("target_pass_ms_per_round", "draft_round_trip_ms_per_answer", "draft_transport_ms_per_answer")
+TIMINGS += ("draft_wait_ms_max", "draft_early_hits", "draft_early_ready", "draft_early_stale")
+MEDIANS = ("acceptance_rate", "mean_accepted_length", "target_passes", "draft_wait_ms_per_round", *TIMINGS)
 PER_REPEAT = ("tokens_per_second", "draft_empty_rounds", "deadline_misses")
 SNAPSHOT_DROPPED = ("addrs", "seen_ago_s", "known_for_s")  # registry fields the report leaves out
 
@@ -66,12 +72,11 @@ def _call(loop: TrioThread, fn: Callable[..., Any], *args: Any) -> Any:
 @dataclass
 class Market:
     loop: TrioThread
-    honest: TargetNode
-    hostile: TargetNode
-    drafters: dict[str, str]  # peer id -> strategy
+    targets: dict[str, TargetNode]  # name in TARGETS -> node
+    drafters: dict[str, str]  # peer id -> strategy (the honest ones: "honest", "honest_no_overlap")
 
     def node(self, mode: str) -> TargetNode | None:
-        return {"p2p_honest": self.honest, "p2p_hostile": self.hostile}.get(mode)
+        return {TARGETS[name]: node for name, node in self.targets.items()}.get(mode)
 
     def snapshot(self, node: TargetNode) -> dict[str, dict]:
         return _call(self.loop, node.registry.snapshot)
@@ -91,34 +96,35 @@ def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_d
 
 @contextmanager
 def running_market(pair: ModelPair, cfg: P2PBenchConfig, tmp: Path) -> Iterator[Market]:
-    """Two targets, one honest and six hostile drafter processes; all stopped on exit (Ctrl-C too)."""
-    loop, nodes, urls = TrioThread(), [], []
+    """Three targets; an honest drafter process for each of the first two (overlap on, off) and six
+    hostile ones for the third; all stopped on exit (Ctrl-C too)."""
+    loop, nodes, urls = TrioThread(), {}, {}
     try:
         with ProcessGroup() as group:
-            for name in ("honest", "hostile"):
-                node, url = _start_target(loop, pair, cfg, tmp / f"target-{name}")
-                nodes.append(node)
-                urls.append(url)
-            strategies = ("honest", *HOSTILE)
-            progress(f"starting {len(strategies)} drafter processes (OMP_NUM_THREADS=1)")
+            for name in TARGETS:
+                nodes[name], urls[name] = _start_target(loop, pair, cfg, tmp / f"target-{name}")
+            roles = [("honest", "honest"), ("honest_no_overlap", "honest"), *(("hostile", h) for h in HOSTILE)]
+            progress(f"starting {len(roles)} drafter processes (OMP_NUM_THREADS=1)")
             starters = [
-                partial(start_drafter, tmp, nodes[i > 0].addrs[0], s, f"drafter{i}-{s}", *_drafter_flags(i))
-                for i, s in enumerate(strategies)
+                partial(start_drafter, tmp, nodes[t].addrs[0], s, f"drafter{i}-{s}", *_drafter_flags(i, t))
+                for i, (t, s) in enumerate(roles)
             ]
             started = group.start_all(starters)
-            wait_for_drafters(urls[0], 1, STARTUP_TIMEOUT_S)
-            wait_for_drafters(urls[1], len(HOSTILE), STARTUP_TIMEOUT_S)
+            for name in TARGETS:
+                wait_for_drafters(urls[name], sum(t == name for t, _ in roles), STARTUP_TIMEOUT_S)
             peers = [d.lines["multiaddr"][0].rsplit("/", 1)[-1] for d in started]
-            yield Market(loop, nodes[0], nodes[1], dict(zip(peers, strategies, strict=True)))
+            names = [t if t != "hostile" else s for t, s in roles]
+            yield Market(loop, nodes, dict(zip(peers, names, strict=True)))
     finally:
         with suppress(trio.RunFinishedError):  # the loop died with an error: it is already closed
             loop.close()
-        for node in nodes:
+        for node in nodes.values():
             node.close()
 
 
-def _drafter_flags(index: int) -> tuple[str, ...]:
-    return ("--seed", str(index))  # the slow drafter keeps its default delay, DEFAULT_SLOW_MS
+def _drafter_flags(index: int, target: str) -> tuple[str, ...]:
+    overlap = ("--no-overlap",) if target == "honest_no_overlap" else ()
+    return ("--seed", str(index), *overlap)  # the slow drafter keeps its default delay, DEFAULT_SLOW_MS
 
 
 class _TimedLocalProposer(LocalDraftProposer):
@@ -184,9 +190,26 @@ def _repeat_record(tps: float, jobs: list[dict] | None, misses: int | None) -> d
         record["target_passes"] = total["target_passes"]
         if total.get("draft_rounds"):
             record["draft_wait_ms_per_round"] = 1000 * total["draft_wait_seconds"] / total["draft_rounds"]
+        record.update(_pooled_timings(jobs, total))
     if misses is not None:
         record.update(draft_empty_rounds=total.get("draft_empty_rounds", 0), deadline_misses=misses)
     return record
+
+
+def _pooled_timings(jobs: list[dict], total: dict) -> dict:
+    """The drafting timings of one repeat's jobs taken together (absent where a mode has none)."""
+    out: dict[str, float] = {}
+    if "target_pass_ms_per_round" in total:
+        out["target_pass_ms_per_round"] = statistics.mean(j["target_pass_ms_per_round"] for j in jobs)
+    if total.get("draft_answers"):
+        answers = total["draft_answers"]
+        out["draft_transport_ms_per_answer"] = 1000 * total["draft_transport_seconds"] / answers
+        weighted = sum(j.get("draft_round_trip_ms_per_answer", 0) * j.get("draft_answers", 0) for j in jobs)
+        out["draft_round_trip_ms_per_answer"] = weighted / answers
+    if "draft_wait_ms_max" in total:
+        out["draft_wait_ms_max"] = max(j.get("draft_wait_ms_max", 0) for j in jobs)
+    out.update({k: total[k] for k in ("draft_early_hits", "draft_early_ready", "draft_early_stale") if k in total})
+    return out
 
 
 def _summary(records: list[dict]) -> dict:
@@ -204,6 +227,7 @@ def _ratios(rows: dict) -> dict:
     ratios = {
         "p2p_honest_vs_best_hf_assisted": tps["p2p_honest"] / max(tps[h] for h in HF_ASSISTED),
         "p2p_honest_vs_local": tps["p2p_honest"] / tps["local"],
+        "p2p_honest_overlap_vs_no_overlap": tps["p2p_honest"] / tps["p2p_honest_no_overlap"],
         "p2p_hostile_vs_plain": tps["p2p_hostile"] / tps["plain"],
     }
     return {k: round(v, 3) for k, v in ratios.items()}
@@ -265,7 +289,7 @@ def bench_temperature(
         row["speedup_vs_plain"] = round(row["tokens_per_second"] / rows["plain"]["tokens_per_second"], 3)
     ratios = _ratios(rows)
     aims = {k: {"aim": aim, "ratio": ratios[k], "met": ratios[k] >= aim} for k, aim in AIMS.items()}
-    market_now = market_snapshot(market, market.hostile)
+    market_now = market_snapshot(market, market.targets["hostile"])
     return {"temperature": temperature, "modes": rows, "ratios": ratios, "aims": aims, **run, "hostile": market_now}
 
 
@@ -289,7 +313,8 @@ def _print_temperature(t: dict, cfg: P2PBenchConfig) -> None:
     cols = {"tokens_per_second": ("tok/s", 9), "speedup_vs_plain": ("vs plain", 10), "acceptance_rate": ("accept", 9)}
     cols |= {"mean_accepted_length": ("tok/pass", 10), "target_passes": ("passes", 8)}
     cols |= {"draft_wait_ms_per_round": ("wait ms/rnd", 13), "draft_empty_rounds_per_repeat": ("empty rnds", 14)}
-    cols |= {"deadline_misses_per_repeat": ("misses", 12)}
+    cols |= {"deadline_misses_per_repeat": ("misses", 12), "draft_early_hits": ("early hits", 12)}
+    cols |= {"draft_transport_ms_per_answer": ("transport ms", 14), "target_pass_ms_per_round": ("pass ms", 9)}
     print(f"  {'mode':<24}" + "".join(f"{title:>{width}}" for title, width in cols.values()))
     for name, row in t["modes"].items():
         print(f"  {name:<24}" + "".join(f"{_cell(row.get(k, '')):>{w}}" for k, (_, w) in cols.items()))
@@ -321,8 +346,9 @@ def _print_report(report: dict, cfg: P2PBenchConfig) -> None:
         reason = r["bench_reason"] or r["last_error"]
         row = f"{r['jobs']:>4}{r['rounds']:>6}{r['timeouts']:>4}{r['errors']:>4}{r['bench_count']:>3}"
         print(f"  {name:<12}{row}  {reason[:70]}")
-    honest = report["market"]["honest"]["drafters"].get("honest", {})
-    print(f"honest drafter: latency EWMA {honest.get('latency_ms')} ms, benches {honest.get('bench_count')}")
+    for name in ("honest", "honest_no_overlap"):
+        row = report["market"][name]["drafters"].get(name, {})
+        print(f"{name} drafter: latency EWMA {row.get('latency_ms')} ms, benches {row.get('bench_count')}")
     print(f"\nwall time {report['wall_seconds']:.0f} s")
 
 
@@ -330,8 +356,7 @@ def _engines(pair: ModelPair, cfg: P2PBenchConfig, market: Market) -> dict[str, 
     return {
         "plain": Engine(pair, model_name="bench-plain", gamma=cfg.gamma, drafting=None),
         "local": Engine(pair, model_name="bench-local", gamma=cfg.gamma, drafting=LocalDrafting(pair.draft)),
-        "p2p_honest": market.honest.engine,
-        "p2p_hostile": market.hostile.engine,
+        **{mode: market.targets[name].engine for name, mode in TARGETS.items()},
     }
 
 
@@ -350,12 +375,12 @@ def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
     ):
         engines = _engines(pair, cfg, market)
         temps = [bench_temperature(pair, prompts, cfg, market, engines, t) for t in cfg.temperatures]
-        snapshots = {name: market_snapshot(market, getattr(market, name)) for name in ("honest", "hostile")}
+        snapshots = {name: market_snapshot(market, node) for name, node in market.targets.items()}
         progress("stopping drafters and targets")
     report = {
         **{k: v for k, v in vars(cfg).items() if k != "out"},
         "prompts": len(prompts),
-        "max_drafters": market.hostile.cfg.max_drafters,
+        "max_drafters": market.targets["hostile"].cfg.max_drafters,
         "hostile_strategies": list(HOSTILE),
         "slow_ms": DEFAULT_SLOW_MS,
         "drafter_env": CHILD_ENV,

@@ -79,8 +79,26 @@ def _mode_row(answers: list[dict]) -> dict:
         "draft_tokens_accepted": total["draft_tokens_accepted"],
         "draft_rounds": total.get("draft_rounds", 0),
         "draft_wait_seconds": round(total.get("draft_wait_seconds", 0.0), 4),
+        **_timing_row(stats, total),
         "output_hashes": [a["specmarket"]["receipt"]["receipt"]["output_hash"] for a in answers],
         "tokens_per_answer": [a["specmarket"]["tokens"] for a in answers],
+    }
+
+
+def _timing_row(stats: list[dict], total: dict) -> dict:
+    """The drafting timings of a mode's answers taken together (node/target/draft_timing.py)."""
+    answers = total.get("draft_answers", 0)
+    round_trip = sum(s.get("draft_round_trip_ms_per_answer", 0) * s.get("draft_answers", 0) for s in stats)
+    transport = 1000 * total.get("draft_transport_seconds", 0.0)
+    return {
+        "target_pass_seconds": round(total.get("target_pass_seconds", 0.0), 4),
+        "draft_answers": answers,
+        "draft_round_trip_ms_per_answer": round(round_trip / answers, 3) if answers else 0.0,
+        "draft_transport_ms_per_answer": round(transport / answers, 3) if answers else 0.0,
+        "draft_wait_ms_max": max(s.get("draft_wait_ms_max", 0.0) for s in stats),
+        "draft_early_hits": total.get("draft_early_hits", 0),
+        "draft_early_ready": total.get("draft_early_ready", 0),
+        "draft_early_stale": total.get("draft_early_stale", 0),
     }
 
 

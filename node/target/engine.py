@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import trio
 
 from node.chain.cheat import Cheat
@@ -26,6 +27,7 @@ from node.decoding import check_fits, encode_prompt
 from node.models import ModelPair
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode
 from verifier.errors import InvalidParams, sole_error
+from verifier.model import LanguageModel
 from verifier.noise import MAX_SEED
 from verifier.params import SamplingParams
 from verifier.proposal import MAX_GAMMA
@@ -204,6 +206,36 @@ class ChunkClock:
         self.last = now
 
 
+class TimedModel:
+    """The job's target cache (a ``LanguageModel``) that times its forward passes: the first pass
+    also prefills the prompt, every later one is a verification pass (or a plain decoding step)."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        self.model = model
+        self.vocab_size = model.vocab_size
+        self.pass_seconds: list[float] = []
+
+    def cached(self) -> Sequence[int]:
+        return self.model.cached()
+
+    def extend(self, tokens: Sequence[int]) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return self.model.extend(tokens)
+        finally:
+            self.pass_seconds.append(time.perf_counter() - started)
+
+    def rollback(self, n: int) -> None:
+        self.model.rollback(n)
+
+    def stats(self) -> dict[str, float]:
+        later = self.pass_seconds[1:] or self.pass_seconds  # without the prompt's prefill, when there is more
+        return {
+            "target_pass_seconds": round(sum(self.pass_seconds), 4),
+            "target_pass_ms_per_round": round(1000 * sum(later) / len(later), 3) if later else 0.0,
+        }
+
+
 @asynccontextmanager
 async def _no_drafting(job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator[None]:
     yield None
@@ -254,10 +286,11 @@ class Engine:
             return _no_drafting(job_id, params, seed, self.gamma)
         return self.drafting.job(job_id, params, seed, self.gamma)
 
-    def _decode(self, proposer: Proposer | None, spec: RequestSpec, on_token) -> DecodeResult:
-        target = self.pair.target.fork()  # shared weights, this job's own KV cache
+    def _decode(self, proposer: Proposer | None, spec: RequestSpec, on_token, timer: list[TimedModel]) -> DecodeResult:
+        target = TimedModel(self.pair.target.fork())  # shared weights, this job's own KV cache
         if self.cheat is Cheat.DRAFT_MODEL:  # the cheap model answers, the receipt will claim the target
-            target, proposer = self.pair.draft.fork(), None
+            target, proposer = TimedModel(self.pair.draft.fork()), None
+        timer.append(target)
         if self.cheat is Cheat.FLIP_TOKEN and on_token is not None:
             on_token = self._flipping(on_token, spec.max_tokens // 2)
         if proposer is not None and self.observers:
@@ -341,15 +374,15 @@ class Engine:
                 if on_chunk is not None:
                     await on_chunk(tokens, delta)
 
-        started = clock.started
+        started, timer = clock.started, []
         async with self._job_context(job_id, spec.params, spec.seed) as proposer, trio.open_nursery() as nursery:
             nursery.start_soon(forward_chunks)
             try:
-                result = await trio.to_thread.run_sync(self._decode, proposer, spec, on_token)
+                result = await trio.to_thread.run_sync(self._decode, proposer, spec, on_token, timer)
             finally:
                 send.close()
             credits = proposer.finish([*spec.prompt, *result.tokens]) if proposer is not None else {}
-            timing = proposer.timing() if proposer is not None else {}
+            timing = {**timer[0].stats(), **(proposer.timing() if proposer is not None else {})}
         tail = text.flush()
         if tail and on_chunk is not None:
             await on_chunk((), tail)

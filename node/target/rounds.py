@@ -10,6 +10,13 @@ The decode loop runs in a worker thread and calls ``MarketProposer.propose``, wh
 trio loop for one round: send ``advance`` to every live session, wait for drafts until the best
 ranked drafter answers or the deadline passes, and return the best draft (or none: the target then
 decodes the round alone, so a slow drafter costs at most one deadline per round).
+
+Drafting overlaps verification: while the target verifies a block, a drafter may already send an
+*early draft* for a later round, naming the tokens it assumes were emitted before it (its basis).
+Whether a draft is usable is decided statelessly, when its round comes: start == the round's k and
+basis == the tokens actually emitted there (``usable``). One early draft per session is kept (the
+newest); one whose round never comes or whose basis is wrong is stale: ignored, not held against the
+drafter and not measured.
 """
 
 from __future__ import annotations
@@ -17,12 +24,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
 from market.policy import Policy
 from market.registry import Registry
+from node.target.draft_timing import DraftTiming
 from p2p.framing import FrameStream, StreamFailed
 from p2p.messages import Advance, Draft, InvalidMessage, Open
 from verifier.model import common_prefix
@@ -34,6 +42,7 @@ log = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 1.0
 IDLE_READ_TIMEOUT_S = 600.0  # the reader waits for drafts for as long as the job lives
 MAX_MISSES_PER_JOB = 2  # consecutive missed deadlines before a session is dropped for the job
+MAX_DRAFTS_PER_MESSAGE = 2  # an answer and one early draft per open/advance; more is flooding
 
 
 @dataclass
@@ -46,8 +55,10 @@ class RemoteSession:
     alive: bool = True
     misses: int = 0
     sent_at: float = 0.0
-    pending: tuple[Draft, float] | None = None  # draft for the current round, latency in s
-    last: tuple[Draft, float] | None = None  # the draft used to settle the previous round
+    pending: tuple[Draft, float | None] | None = None  # draft for the current round, latency in s (None: early)
+    early: Draft | None = None  # the newest early draft for a later round, judged when its round comes
+    messages: int = 0  # open/advance messages sent (counted before each send)
+    received: int = 0  # drafts received: more than MAX_DRAFTS_PER_MESSAGE per message is flooding
     accepted: int = 0  # this job: tokens of this drafter's verified drafts that were accepted
     proposed: int = 0  # this job: draft tokens received in time
     reason: str = ""
@@ -60,10 +71,18 @@ class RemoteSession:
 @dataclass
 class RoundState:
     k: int = -1  # k of the round in flight
-    context_len: int = 0  # len(context) when the round was asked for
+    context: Sequence[int] = ()  # prompt + the tokens emitted before k, when the round was asked for
     chosen: str | None = None  # peer whose draft was verified in the round in flight
     closed: bool = False  # the draft was chosen; later arrivals are misses (deadline) or late (early close)
     changed: trio.Event = field(default_factory=trio.Event)
+
+
+def usable(draft: Draft, k: int, context: Sequence[int]) -> bool:
+    """A draft is usable for the round at k iff it starts at k and its basis is what was emitted at
+    k-len(basis) .. k-1, the last tokens of ``context`` (the emitted tokens never reach into the
+    prompt: the wire format requires start - len(basis) >= 0)."""
+    n = len(draft.basis)
+    return draft.start == k and n <= k and tuple(context[len(context) - n :]) == draft.basis
 
 
 class MarketProposer:
@@ -91,6 +110,7 @@ class MarketProposer:
         self.wait_s = 0.0  # time the decode loop spent in propose(): sending, waiting for drafts
         self.rounds = 0
         self.empty_rounds = 0  # rounds with no usable draft (deadline passed, or no drafter left)
+        self.drafts = DraftTiming()  # round trips, the drafters' reported time, early hits and stale ones
 
     # -- called from the worker thread ------------------------------------------------------
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int):
@@ -106,7 +126,8 @@ class MarketProposer:
     async def _round(self, context: list[int], k: int, gamma: int) -> Proposal:
         started = time.perf_counter()
         self._settle(context)
-        self.round = RoundState(k=k, context_len=len(context))
+        self.round = RoundState(k=k, context=context)
+        self._promote_early(k, context)
         live = self.live()
         async with trio.open_nursery() as nursery:
             for session in live:
@@ -115,6 +136,7 @@ class MarketProposer:
         deadline_passed = await self._wait_for_drafts(ranked)
         proposal = self._choose(ranked, gamma, deadline_passed)
         self.wait_s += time.perf_counter() - started
+        self.drafts.waited(time.perf_counter() - started)
         self.rounds += 1
         self.empty_rounds += not proposal.tokens
         return proposal
@@ -124,13 +146,14 @@ class MarketProposer:
             msg = Open(self.job, tuple(context), *self._params(), self.seed, self.gamma, k)
         else:
             msg = Advance(self.job, tuple(context[session.synced :]), k)
-        session.pending = None
+        # before the send: a draft may be read while the send is still under way (an early draft)
+        session.messages, session.sent_at = session.messages + 1, time.perf_counter()
         try:
             await session.fs.send(msg, SEND_TIMEOUT_S)
         except (StreamFailed, InvalidMessage) as exc:
             self._fail(session, f"send failed: {exc}")
             return
-        session.synced, session.sent_at = len(context), time.perf_counter()
+        session.synced = len(context)
 
     def _params(self) -> tuple[float, int, float]:
         return self.params.temperature, self.params.top_k, self.params.top_p
@@ -160,7 +183,7 @@ class MarketProposer:
             else:
                 session.misses = 0
                 draft, latency = session.pending  # judge every draft at this round's γ (the last may be shorter)
-                session.pending = (Draft(draft.job, draft.start, draft.tokens[:gamma]), latency)
+                session.pending = (replace(draft, tokens=draft.tokens[:gamma]), latency)
         for peer in ranked:
             session = by_peer[peer]
             if session.alive and session.pending is not None and session.pending[0].tokens:
@@ -190,7 +213,7 @@ class MarketProposer:
         r = self.round
         if r.k < 0:
             return
-        emitted = context[r.context_len :]
+        emitted = context[len(r.context) :]  # every pending draft starts at r.k: measured at its own positions
         for session in self.sessions:
             if session.pending is None:
                 continue
@@ -214,6 +237,7 @@ class MarketProposer:
             "draft_empty_rounds": self.empty_rounds,
             "draft_wait_seconds": round(self.wait_s, 4),
             "draft_wait_ms_per_round": round(1000 * self.wait_s / self.rounds, 3) if self.rounds else 0.0,
+            **self.drafts.stats(),
         }
 
     def finish(self, context: Sequence[int]) -> dict[str, int]:
@@ -234,11 +258,56 @@ class MarketProposer:
             if msg.job != self.job or len(msg.tokens) > self.gamma:
                 self._fail(session, f"draft for job {msg.job!r} of {len(msg.tokens)} tokens does not fit the session")
                 break
-            if msg.start != self.round.k or self.round.closed or session.pending is not None:
-                log.debug(
-                    "job %s: stale draft from %s (k=%d, round k=%d)", self.job, session.peer_id, msg.start, self.round.k
-                )
-                continue
-            session.pending = (msg, time.perf_counter() - session.sent_at)
-            self.round.changed.set()
+            session.received += 1
+            if session.received > MAX_DRAFTS_PER_MESSAGE * session.messages:
+                self._fail(session, f"flooding: {session.received} drafts for {session.messages} messages")
+                break
+            self._take(session, msg, time.perf_counter())
         self.round.changed.set()
+
+    # -- drafts as they arrive, and early drafts when their round comes -------------------------
+    def _take(self, session: RemoteSession, msg: Draft, now: float) -> None:
+        """File one draft: for a later round (the session's early slot), for this round, or stale."""
+        r = self.round
+        if msg.start > r.k:  # an early draft; the newest replaces an older one that was never used
+            if session.early is not None:
+                self._stale(session, session.early, "replaced by a newer early draft")
+            session.early = msg
+            return
+        if msg.start == r.k and not r.closed and session.pending is None and usable(msg, r.k, r.context):
+            latency = now - session.sent_at
+            session.pending = (msg, latency)
+            self.drafts.arrived(msg, latency)
+            r.changed.set()
+        elif msg.basis:
+            self._stale(session, msg, self._why_not(session, msg))
+        else:
+            log.debug("job %s: stale draft from %s (k=%d, round k=%d)", self.job, session.peer_id, msg.start, r.k)
+
+    def _promote_early(self, k: int, context: Sequence[int]) -> None:
+        """Before asking: an early draft usable at this k is this round's draft, with no latency sample
+        (it was there before the round asked; see docs/market.md on why it is not counted as 0)."""
+        for session in self.live():
+            draft = session.early
+            if draft is None or draft.start > k:
+                continue
+            session.early = None
+            if usable(draft, k, context):
+                session.pending = (draft, None)
+                self.drafts.arrived(draft, None)
+            else:
+                self._stale(session, draft, "its basis is not what was emitted" if draft.start == k else "skipped")
+
+    def _why_not(self, session: RemoteSession, draft: Draft) -> str:
+        r = self.round
+        if draft.start < r.k:
+            return "its round has passed"
+        if session.pending is not None:
+            return "its round had a draft already"
+        if r.closed:
+            return "its round had closed"
+        return "its basis is not what was emitted"
+
+    def _stale(self, session: RemoteSession, draft: Draft, why: str) -> None:
+        self.drafts.stale += 1
+        log.debug("job %s: stale early draft from %s at k=%d: %s", self.job, session.peer_id, draft.start, why)
