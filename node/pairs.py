@@ -51,7 +51,7 @@ PAIRS = {
     "smollm2": Pair("smollm2", SMOLLM2_TARGET_DIR, MODELS_DIR / "smollm2-draft", prepared=False),
     "tiny": Pair("tiny", MODELS_DIR / "target", MODELS_DIR / "draft", prepared=True),
 }
-DEFAULT_PAIR = "tiny"
+DEFAULT_PAIR = "smollm2"
 
 
 def get_pair(name: str) -> Pair:

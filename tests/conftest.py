@@ -31,3 +31,12 @@ def chain(tmp_path_factory):
 
     with deployed_chain(tmp_path_factory.mktemp("deployments")) as chain:
         yield chain
+
+
+@pytest.fixture(scope="session")
+def real_pair():
+    """The real pair: SmolLM2-135M-Instruct (converted by `make setup`) and the draft shipped for it."""
+    from node.pairs import get_pair
+
+    named = get_pair("smollm2")
+    return load_pair(named.target_dir(), named.draft_dir())

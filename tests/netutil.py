@@ -26,7 +26,9 @@ class InProcessDrafter:
 
     def __init__(self, portal: TrioThread, tmp, bootstrap: str, strategy: str, name: str = "", **cfg: Any) -> None:
         data_dir = tmp / (name or strategy)
-        self.node = DrafterNode(DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=data_dir, **cfg))
+        self.node = DrafterNode(
+            DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=data_dir, pair="tiny", **cfg)
+        )
         self.portal = portal
         self.addrs, self._stop = portal.start(self.node.run)
         self.peer_id = self.addrs[0].rsplit("/", 1)[-1]

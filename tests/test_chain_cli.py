@@ -45,9 +45,21 @@ def test_chain_commands_fail_clearly_without_a_chain_or_deployment(tmp_path):
     assert status.returncode == 2 and "nothing answers" in status.stderr
     remote = run("-m", "node", "chain", "deploy", "--rpc", "http://192.0.2.1:8545", "--state-dir", str(tmp_path))
     assert remote.returncode == 2 and "only http://127.0.0.1:PORT can be started" in remote.stderr
-    target = run("-m", "node", "target", "--chain", rpc, "--data-dir", str(tmp_path / "t"), "--http", "127.0.0.1:0")
+    target = run(
+        "-m",
+        "node",
+        "target",
+        "--pair",
+        "tiny",
+        "--chain",
+        rpc,
+        "--data-dir",
+        str(tmp_path / "t"),
+        "--http",
+        "127.0.0.1:0",
+    )
     assert target.returncode == 2 and f"no Ethereum JSON-RPC endpoint answers at {rpc}" in target.stderr
-    cheat = run("-m", "node", "target", "--cheat", "flip-token", "--data-dir", str(tmp_path / "t"))
+    cheat = run("-m", "node", "target", "--pair", "tiny", "--cheat", "flip-token", "--data-dir", str(tmp_path / "t"))
     assert cheat.returncode == 2 and "--cheat only makes sense for a bonded node" in cheat.stderr
     receipt = tmp_path / "r.json"
     receipt.write_text("{not json")

@@ -98,7 +98,9 @@ def test_honest_speculating_operator_is_found_correct_and_nothing_is_spent(chain
     challenger = dev_address(DEV_CHALLENGER)
     w3 = chain.client.w3
     before = (w3.eth.get_balance(challenger), w3.eth.get_transaction_count(challenger))
-    out = json.loads(run_script("challenge", "--receipt", str(path), "--json", *chain.cli_args()).stdout)
+    out = json.loads(
+        run_script("challenge", "--pair", "tiny", "--receipt", str(path), "--json", *chain.cli_args()).stdout
+    )
     assert out["correct"] and out["challenge_id"] is None and out["tokens_checked"] == MAX_TOKENS
     for signed in receipts[1:]:  # the other two, in-process (same code path as the script)
         report = challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed)
@@ -121,12 +123,16 @@ def test_flip_token_operator_is_challenged_resolved_and_slashed(chain, tmp_path)
     operator = signed.receipt.operator
     path = tmp_path / "cheat.json"
     path.write_text(json.dumps(answer))  # a whole API answer is accepted as a receipt file too
-    out = json.loads(run_script("challenge", "--receipt", str(path), "--json", *chain.cli_args()).stdout)
+    out = json.loads(
+        run_script("challenge", "--pair", "tiny", "--receipt", str(path), "--json", *chain.cli_args()).stdout
+    )
     assert out["first_wrong"] == MAX_TOKENS // 2 and out["margin"] > TOLERANCE_DELTA
     cid = out["challenge_id"]
     challenger = dev_address(DEV_CHALLENGER)
     credits_before = chain.client.credits(challenger)
-    printed = run_script("referee", "--once", "--pool", str(tmp_path / "pool"), *chain.cli_args()).stdout
+    printed = run_script(
+        "referee", "--pair", "tiny", "--once", "--pool", str(tmp_path / "pool"), *chain.cli_args()
+    ).stdout
     step = len(signed.request.prompt) + out["first_wrong"]  # the referee re-executes only the disputed step
     assert f"challenge {cid}: operator at fault; resolved on chain (re-executed {step} target positions in" in printed
     assert_slashed(chain, cid, operator, challenger, credits_before)

@@ -22,7 +22,7 @@ JSON_STATS = {
 
 
 def _run_json(capsys, *args: str) -> dict:
-    assert main(["generate", "--json", *args]) == 0
+    assert main(["generate", "--pair", "tiny", "--json", *args]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -68,10 +68,12 @@ def test_config_file_precedence(tmp_path, capsys):
         (["--max-new-tokens", "-3"], "max_new_tokens"),
         (["--target-model", "/nonexistent"], "no config.json"),
         (["--max-new-tokens", "4000"], "context window"),
+        (["--pair", "smollm2", "--max-new-tokens", "9000"], "context window of 8192"),  # the real target
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(args, message, capsys):
-    assert main(["generate", "--prompt", "x", "--json", *args]) == 2
+    """On the tiny pair unless the case names another (the last --pair wins)."""
+    assert main(["generate", "--prompt", "x", "--json", "--pair", "tiny", *args]) == 2
     assert message in capsys.readouterr().err
 
 

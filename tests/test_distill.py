@@ -123,3 +123,4 @@ def test_the_sub_vocabulary_is_frequency_ranked():
     # counts: 5 -> 2 (top-1) + 2 (data) = 4; 7 -> 1 + 1 = 2; 9 only before start: not counted
     assert frequency_ranked_ids(labels, 2, always=(0,)).tolist() == [0, 5]
     assert frequency_ranked_ids(labels, 3, always=(0,)).tolist() == [0, 5, 7]
+    assert frequency_ranked_ids(labels, 2, always=(5,)).tolist() == [5, 7]  # a forced token already ranked

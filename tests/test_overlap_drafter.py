@@ -40,7 +40,9 @@ def link(portal, tmp_path_factory):
     async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
         hosts = {}
         for overlap in (True, False):
-            cfg = DrafterConfig(bootstrap=fake_bootstrap, data_dir=tmp_path_factory.mktemp("d"), overlap=overlap)
+            cfg = DrafterConfig(
+                bootstrap=fake_bootstrap, data_dir=tmp_path_factory.mktemp("d"), overlap=overlap, pair="tiny"
+            )
             drafters[overlap] = DrafterNode(cfg)
             hosts[overlap] = make_host(create_new_key_pair())
             hosts[overlap].set_stream_handler(DRAFT_PROTOCOL_ID, drafters[overlap].handle_stream)

@@ -24,7 +24,7 @@ def test_spawn_child_that_never_says_ready_times_out_and_is_killed(monkeypatch, 
     group = procs.ProcessGroup()
     started = time.monotonic()
     with pytest.raises(procs.ProcessFailed, match="did not start within 1 s"):
-        procs.spawn(["target"], tmp_path / "t.log", ("http",), timeout_s=STARTUP_LIMIT_S, group=group)
+        procs.spawn(["target", "--pair", "tiny"], tmp_path / "t.log", ("http",), timeout_s=STARTUP_LIMIT_S, group=group)
     assert time.monotonic() - started < STARTUP_LIMIT_S + 5
     (node,) = group.children
     assert node.proc.poll() is not None  # killed, not left behind
@@ -33,4 +33,4 @@ def test_spawn_child_that_never_says_ready_times_out_and_is_killed(monkeypatch, 
 def test_spawn_child_that_exits_reports_its_code_and_log(monkeypatch, tmp_path):
     _python(monkeypatch, DYING_CHILD)
     with pytest.raises(procs.ProcessFailed, match=r"exited \(3\) before starting:\nbad config"):
-        procs.spawn(["target"], tmp_path / "t.log", ("http",), timeout_s=30)
+        procs.spawn(["target", "--pair", "tiny"], tmp_path / "t.log", ("http",), timeout_s=30)

@@ -30,7 +30,7 @@ import trio
 from node.decoding import encode_prompt
 from node.drafter.strategies import DEFAULT_SLOW_MS
 from node.lab.bench_local import HF_ASSISTED, hf_mode, measure_costs, time_runs, write_json
-from node.lab.config import P2PBenchConfig
+from node.lab.config import LAB_PAIR, P2PBenchConfig
 from node.lab.procs import CHILD_ENV, ProcessGroup, start_drafter, wait_for_drafters
 from node.lab.trio_thread import TrioThread
 from node.lab.workload import BENCH_PROMPTS
@@ -88,7 +88,9 @@ def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_d
     from node.target.node import TargetNode
 
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)  # its ERRORs about hostile peers are expected here
-    tcfg = TargetConfig(http="127.0.0.1:0", data_dir=data_dir, gamma=cfg.gamma, draft_deadline_ms=cfg.draft_deadline_ms)
+    tcfg = TargetConfig(
+        http="127.0.0.1:0", data_dir=data_dir, gamma=cfg.gamma, draft_deadline_ms=cfg.draft_deadline_ms, pair=LAB_PAIR
+    )
     node = TargetNode(tcfg, pair)
     info, _ = loop.start(node.run)
     return node, info["http"]

@@ -11,6 +11,9 @@ from node.lab.workload import NET_DEMO_PROMPTS
 from node.models import TINY_TARGET
 from verifier.proposal import DEFAULT_GAMMA
 
+# The lab (demo-net, the benchmarks and their child processes) runs on the tiny pair until the
+# demo moves to SmolLM2 (planned, docs/design.md §8); every role's own default is DEFAULT_PAIR.
+LAB_PAIR = "tiny"
 MAX_DEMO_TOKENS = 256  # the shipped target has a 512-position window; the prompts take a few dozen
 QUICK_MAX_TOKENS = 16
 QUICK_PROMPTS = 2

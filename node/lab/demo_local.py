@@ -14,6 +14,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from node.decoding import GenerateConfig, generate
+from node.lab.config import LAB_PAIR
 from node.lab.plots import write_theory_plots
 from node.lab.workload import LOCAL_DEMO_PROMPTS
 from node.models import load_pair
@@ -64,7 +65,7 @@ def _print_table(rows: list[dict]) -> None:
 
 def run_demo(max_new_tokens: int, out: Path) -> int:
     pair = load_pair()
-    base = GenerateConfig(prompt="", max_new_tokens=max_new_tokens, params=DEMO_PARAMS)
+    base = GenerateConfig(prompt="", max_new_tokens=max_new_tokens, params=DEMO_PARAMS, pair=LAB_PAIR)
     rows, reference = [], []
     for drafter, rule in tqdm(DEMO_RUNS, desc="demo runs", unit="config"):
         runs = [

@@ -29,7 +29,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from node.client.http import complete, http_json
-from node.lab.config import NetDemoConfig
+from node.lab.config import LAB_PAIR, NetDemoConfig
 from node.lab.procs import (
     STARTUP_TIMEOUT_S,
     NodeProcess,
@@ -139,6 +139,8 @@ def _referee_starters(work: Path, chain_args: list[str]) -> list[partial]:
         write_key(key_file, dev_key(index))  # anvil's public dev key: a demo secret only
         args = [
             "referee",
+            "--pair",
+            LAB_PAIR,
             *chain_args_for_cli(chain_args),
             "--key-file",
             str(key_file),

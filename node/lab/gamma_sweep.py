@@ -14,6 +14,7 @@ from dataclasses import replace
 import torch
 
 from node.decoding import GenerateConfig, encode_prompt, run_decode
+from node.lab.config import LAB_PAIR
 from node.models import ModelPair
 from verifier.decode import DecodeResult
 from verifier.errors import InvalidParams
@@ -67,7 +68,8 @@ def local_sweep(
     against plain decoding, each configuration timed SWEEP_REPEATS times interleaved, best run kept."""
     threads = torch.get_num_threads()
     torch.set_num_threads(SWEEP_THREADS)
-    base = GenerateConfig(prompt="", max_new_tokens=max_tokens, params=SamplingParams(temperature=temperature))
+    params = SamplingParams(temperature=temperature)
+    base = GenerateConfig(prompt="", max_new_tokens=max_tokens, params=params, pair=LAB_PAIR)
     best: dict[int, dict] = {}
     try:
         for _ in range(SWEEP_REPEATS):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.client.http import http_json
+from node.lab.config import LAB_PAIR
 from verifier.errors import SpecmarketError
 
 STARTUP_TIMEOUT_S = 120.0  # importing torch and loading models on a busy 2-core machine
@@ -121,15 +122,24 @@ def spawn(
     raise ProcessFailed(f"{args[0]} did not start within {timeout_s:.0f} s:\n{node.log()[-3000:]}")
 
 
-def start_target(workdir: Path, *extra: str, name: str = "target", group: ProcessGroup | None = None) -> NodeProcess:
-    args = ["target", "--http", "127.0.0.1:0", "--data-dir", str(workdir / name), *extra]
+def start_target(
+    workdir: Path, *extra: str, name: str = "target", group: ProcessGroup | None = None, pair: str = LAB_PAIR
+) -> NodeProcess:
+    args = ["target", "--pair", pair, "--http", "127.0.0.1:0", "--data-dir", str(workdir / name), *extra]
     return spawn(args, workdir / f"{name}.log", ("multiaddr", "http"), group=group)
 
 
 def start_drafter(
-    workdir: Path, bootstrap: str, strategy: str, name: str, *extra: str, group: ProcessGroup | None = None
+    workdir: Path,
+    bootstrap: str,
+    strategy: str,
+    name: str,
+    *extra: str,
+    group: ProcessGroup | None = None,
+    pair: str = LAB_PAIR,
 ) -> NodeProcess:
-    args = ["drafter", "--bootstrap", bootstrap, "--strategy", strategy, "--data-dir", str(workdir / name), *extra]
+    args = ["drafter", "--pair", pair, "--bootstrap", bootstrap, "--strategy", strategy]
+    args += ["--data-dir", str(workdir / name), *extra]
     return spawn(args, workdir / f"{name}.log", ("registered",), group=group)
 
 

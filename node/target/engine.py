@@ -53,6 +53,7 @@ class CompletionRequest:
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None  # None: the server draws one and reports it
+    stop_at_eos: bool = False  # end at the tokenizer's end-of-sequence token (chat: the end of the turn)
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, tuple):
@@ -86,6 +87,14 @@ class CompletionResult:
     stats: dict[str, float | int]
     credits: dict[str, int]  # drafter peer id -> draft tokens of its that were accepted
     receipt: dict | None = None  # the operator's signed receipt (SignedReceipt.to_json), if bonded
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What one job decodes: the receipted request and the token it stops at (None: max_tokens)."""
+
+    request: RequestSpec
+    stop_token: int | None
 
 
 ChunkSink = Callable[[tuple[int, ...], str], Awaitable[None]]
@@ -279,14 +288,14 @@ class Engine:
         self.drafting = drafting
         self.counters = EngineCounters()
         self.observers: list[JobObserver] = []  # e.g. the HTTP API's latency histograms
-        self.stop_token: int | None = None  # completions run to max_tokens (<|endoftext|> is ordinary text here)
 
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
         if self.drafting is None:
             return _no_drafting(job_id, params, seed, self.gamma)
         return self.drafting.job(job_id, params, seed, self.gamma)
 
-    def _decode(self, proposer: Proposer | None, spec: RequestSpec, on_token, timer: list[TimedModel]) -> DecodeResult:
+    def _decode(self, proposer: Proposer | None, job: JobSpec, on_token, timer: list[TimedModel]) -> DecodeResult:
+        spec = job.request
         target = TimedModel(self.pair.target.fork())  # shared weights, this job's own KV cache
         if self.cheat is Cheat.DRAFT_MODEL:  # the cheap model answers, the receipt will claim the target
             target, proposer = TimedModel(self.pair.draft.fork()), None
@@ -303,7 +312,7 @@ class Engine:
             seed=spec.seed,
             max_new_tokens=spec.max_tokens,
             gamma=self.gamma,
-            stop_token=self.stop_token,
+            stop_token=job.stop_token,
             on_token=on_token,
         )
         if self.cheat is Cheat.FLIP_TOKEN:
@@ -330,14 +339,15 @@ class Engine:
         seed = req.seed if req.seed is not None else secrets.randbelow(DRAWN_SEED_BOUND)
         # temperature and top-p in millionths, exactly as the receipt will name them
         spec = RequestSpec.build(prompt, req.params, seed, req.max_tokens)
+        job = JobSpec(spec, self.pair.tokenizer.eos_token_id if req.stop_at_eos else None)
         job_id = secrets.token_hex(8)
         self.counters.requests += 1
         self.counters.active_jobs += 1
         try:
             stored = self.operator.lookup(spec) if self.operator is not None else None
             if stored is not None:
-                return await self._replay(job_id, stored, on_chunk)
-            return await self._run_job(job_id, spec, on_chunk)
+                return await self._replay(job_id, job, stored, on_chunk)
+            return await self._run_job(job_id, job, on_chunk)
         except BaseExceptionGroup as group:  # trio's nurseries wrap; callers want the one real error
             self.counters.requests_failed += 1
             raise sole_error(group) from None
@@ -347,7 +357,7 @@ class Engine:
         finally:
             self.counters.active_jobs -= 1
 
-    async def _replay(self, job_id: str, stored: SignedReceipt, on_chunk) -> CompletionResult:
+    async def _replay(self, job_id: str, job: JobSpec, stored: SignedReceipt, on_chunk) -> CompletionResult:
         """A request this operator answered before: the same answer and receipt, no decoding."""
         log.info("job %s: request answered before; replaying its receipted answer", job_id)
         text = self.pair.tokenizer.decode(list(stored.output))
@@ -355,9 +365,10 @@ class Engine:
             await on_chunk(stored.output, text)
         result = DecodeResult(stored.output, DecodeStats())
         stats = {**result.stats.to_dict(), "replayed": 1}
-        return self._result(job_id, stored.request, result, {}, stats, stored)
+        return self._result(job_id, JobSpec(stored.request, job.stop_token), result, {}, stats, stored)
 
-    async def _run_job(self, job_id: str, spec: RequestSpec, on_chunk):
+    async def _run_job(self, job_id: str, job: JobSpec, on_chunk):
+        spec = job.request
         text = TextStream(self.pair.tokenizer)
         send, receive = trio.open_memory_channel[tuple[int, ...]](math.inf)
 
@@ -378,7 +389,7 @@ class Engine:
         async with self._job_context(job_id, spec.params, spec.seed) as proposer, trio.open_nursery() as nursery:
             nursery.start_soon(forward_chunks)
             try:
-                result = await trio.to_thread.run_sync(self._decode, proposer, spec, on_token, timer)
+                result = await trio.to_thread.run_sync(self._decode, proposer, job, on_token, timer)
             finally:
                 send.close()
             credits = proposer.finish([*spec.prompt, *result.tokens]) if proposer is not None else {}
@@ -390,7 +401,7 @@ class Engine:
         stats = {**result.stats.to_dict(), **timing, "wall_seconds": round(wall, 4)}
         stats["tokens_per_second"] = round(len(result.tokens) / wall, 2) if wall > 0 else 0.0
         signed = await trio.to_thread.run_sync(self._sign, spec, result.tokens)
-        return self._result(job_id, spec, result, credits, stats, signed)
+        return self._result(job_id, job, result, credits, stats, signed)
 
     def _sign(self, spec: RequestSpec, tokens: tuple[int, ...]) -> SignedReceipt | None:
         if self.operator is None:
@@ -401,11 +412,12 @@ class Engine:
         return signed
 
     def _result(
-        self, job_id, spec: RequestSpec, result: DecodeResult, credits, stats, signed: SignedReceipt | None
+        self, job_id, job: JobSpec, result: DecodeResult, credits, stats, signed: SignedReceipt | None
     ) -> CompletionResult:
         self.counters.add(result)
+        spec = job.request
         tokens = signed.output if signed is not None else result.tokens
-        stopped = self.stop_token is not None and tokens[-1:] == (self.stop_token,)
+        stopped = job.stop_token is not None and tokens[-1:] == (job.stop_token,)
         log.info("job %s: %d tokens, %s", job_id, len(tokens), stats)
         return CompletionResult(
             job=job_id,

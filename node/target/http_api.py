@@ -213,22 +213,25 @@ class Routes:
         self.metrics = ApiMetrics(engine, status)
         self.created = int(time.time())
 
-    def _job(self, body: Sampling, prompt: str | tuple[int, ...], wire: Wire) -> JobResponse:
+    def _job(
+        self, body: Sampling, prompt: str | tuple[int, ...], wire: Wire, *, stop_at_eos: bool = False
+    ) -> JobResponse:
         if body.model is not None and body.model != self.engine.model_name:
             shown, served = body.model[:MAX_ECHOED_CHARS], self.engine.model_name
             message = f"the model '{shown}' does not exist; this server serves '{served}'"
             raise HttpError(404, message, param="model", code="model_not_found")
-        return JobResponse(self.engine, body.engine_request(prompt), wire, stream=body.stream)
+        return JobResponse(self.engine, body.engine_request(prompt, stop_at_eos=stop_at_eos), wire, stream=body.stream)
 
     async def completions(self, request: Request) -> Response:
         body = await parse_body(request, CompletionBody)
         return self._job(body, body.prompt, TextWire())
 
     async def chat_completions(self, request: Request) -> Response:
-        """The messages through the model's chat template; the receipt covers the templated ids."""
+        """The messages through the model's chat template; the receipt covers the templated ids. The
+        answer ends at the end of the assistant's turn (the tokenizer's end-of-sequence token)."""
         body = await parse_body(request, ChatBody)
         messages = [m.model_dump(include={"role", "content"}) for m in body.messages]
-        return self._job(body, chat_prompt(self.engine.pair.tokenizer, messages), ChatWire())
+        return self._job(body, chat_prompt(self.engine.pair.tokenizer, messages), ChatWire(), stop_at_eos=True)
 
     async def models(self) -> Response:
         return _json(ModelList(data=[ModelCard(id=self.engine.model_name, created=self.created)]))

@@ -134,10 +134,12 @@ class Sampling(BaseModel):
         message = "'{name}' is not supported by this server (only {shown})"
         raise PydanticCustomError("unsupported", message, {"name": info.field_name, "shown": shown})
 
-    def engine_request(self, prompt: str | tuple[int, ...]) -> CompletionRequest:
+    def engine_request(self, prompt: str | tuple[int, ...], *, stop_at_eos: bool = False) -> CompletionRequest:
         """The engine's request; a value out of range is a 400 naming its field."""
         try:
-            return CompletionRequest(prompt, self.max_tokens, self.temperature, self.top_p, self.top_k, self.seed)
+            return CompletionRequest(
+                prompt, self.max_tokens, self.temperature, self.top_p, self.top_k, self.seed, stop_at_eos
+            )
         except InvalidParams as exc:
             raise HttpError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from exc
 

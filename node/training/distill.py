@@ -165,6 +165,9 @@ def frequency_ranked_ids(labels: list[dict], size: int, always: tuple[int, ...])
             counts[token] = counts.get(token, 0) + 1
         for token in item["ids"][item["start"] :].tolist():
             counts[token] = counts.get(token, 0) + 1
-    ranked = sorted(counts, key=lambda t: (-counts[t], t))
-    chosen = set(always) | set(ranked[: max(0, size - len(always))])
+    chosen = set(always)
+    for token in sorted(counts, key=lambda t: (-counts[t], t)):
+        if len(chosen) >= size:
+            break
+        chosen.add(token)
     return np.asarray(sorted(chosen), dtype=np.int64)

@@ -1,0 +1,173 @@
+"""Exactness and draft invariance on the real target, SmolLM2-135M-Instruct, with its shipped draft.
+
+- Draft invariance: 20 chat and code requests (through the model's chat template) x T in {0, 0.8}
+  x every built-in drafter; GUMBEL speculative output must equal plain decoding token for token.
+  A flip is tolerated only at a near-tie of plain decoding's top-two noisy scores (margin below
+  TOLERANCE_DELTA); each is reported with its margin. The logit drift between pass shapes (one
+  teacher-forced pass vs one position per pass) is measured on every request and must stay inside
+  the tolerance band.
+- Exactness: the first emitted token of a one-draft round under each proposer, for 20,000 seeds,
+  against the target's next-token distribution at T = 1 (chi-square, p > 1e-3).
+
+Few and short on purpose: a real target pass costs ~50 ms here, and the suite must stay fast.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from node.decoding import pair_proposer
+from tests.stats import P_VALUE_THRESHOLD, chi_square_pvalue
+from verifier.decode import decode_plain, decode_speculative
+from verifier.model import score
+from verifier.params import SamplingParams, token_probs
+from verifier.verify import TOLERANCE_DELTA, noisy_scores, score_margin, verify
+
+CHAT = [
+    "Why is the sky blue?",
+    "Give me three tips for better sleep.",
+    "What is photosynthesis?",
+    "Write a haiku about autumn.",
+    "How do vaccines work?",
+    "Explain compound interest in simple terms.",
+    "What causes earthquakes?",
+    "Summarize the history of the printing press.",
+    "What is a black hole?",
+    "How should I prepare for a job interview?",
+]
+CODE = [
+    "Write a Python function `is_prime(n)` that returns True if n is prime.",
+    "Write a Python function `reverse_words(s)` that reverses the order of words in a string.",
+    "Write a Python function `fib(n)` that returns the n-th Fibonacci number.",
+    "Write a Python function `read_json(path)` that loads a JSON file.",
+    "Write a Python function `flatten(xs)` that flattens a nested list.",
+    "Write a Python function `count_vowels(s)` that counts the vowels in s.",
+    "Write a Python function `merge_dicts(a, b)` that merges two dictionaries.",
+    "Write a Python function `chunks(xs, n)` that splits a list into pieces of size n.",
+    "Write a Python function `is_palindrome(s)` that ignores case and spaces.",
+    "Write a Python function `median(xs)` that returns the median of a list.",
+]
+DRAFTERS = ["honest", "random", "adversarial", "lying", "garbage"]
+TEMPERATURES = [0.0, 0.8]
+MAX_NEW = 8
+GAMMA = 4
+MAX_NEAR_TIE_FRACTION = 0.02
+N_SAMPLES = 20_000
+
+
+def chat_ids(tokenizer, text: str) -> list[int]:
+    encoded = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+    return list(encoded["input_ids"])
+
+
+def _drift(target, ids: list[int], tokens: list[int]) -> float:
+    """Largest |logit| difference between one pass over prompt + tokens and one position per pass."""
+    whole = score(target.fork(), ids, tokens)[0]  # [len(tokens) + 1, V]
+    model = target.fork()
+    rows = [model.extend(ids)[-1]] + [model.extend([t])[-1] for t in tokens]
+    return float(np.max(np.abs(whole - np.stack(rows))))
+
+
+def test_speculative_equals_plain_on_the_real_target(real_pair):
+    pair = real_pair
+    near_ties, failures, drifts, runs = [], [], [], 0
+    for temperature in TEMPERATURES:
+        params = SamplingParams(temperature=temperature)
+        for seed, text in enumerate(CHAT + CODE):
+            ids = chat_ids(pair.tokenizer, text)
+            plain = decode_plain(pair.target, ids, params=params, seed=seed, max_new_tokens=MAX_NEW).tokens
+            drifts.append(_drift(pair.target, ids, plain))
+            for name in DRAFTERS:
+                runs += 1
+                proposer = pair_proposer(name, pair, rng_seed=seed)
+                spec = decode_speculative(
+                    pair.target, proposer, ids, params=params, seed=seed, max_new_tokens=MAX_NEW, gamma=GAMMA
+                ).tokens
+                if spec == plain:
+                    continue
+                k = next((i for i, (a, b) in enumerate(zip(spec, plain, strict=False)) if a != b), len(plain))
+                margin = score_margin(score(pair.target.fork(), [*ids, *plain[:k]])[0][-1], params, seed, k)
+                record = f"T={temperature} request#{seed} {name}: token {k} differs, margin {margin:.2e}"
+                (near_ties if margin < TOLERANCE_DELTA else failures).append(record)
+    for record in near_ties:
+        warnings.warn(f"near-tie flip: {record}", stacklevel=1)
+    print(
+        f"real-target invariance: {runs} runs, {len(near_ties)} near-tie flips, {len(failures)} real mismatches; "
+        f"logit drift between pass shapes: max {max(drifts):.2e}, mean {np.mean(drifts):.2e}"
+    )
+    assert not failures, "speculative output differs from plain decoding:\n" + "\n".join(failures)
+    assert len(near_ties) <= MAX_NEAR_TIE_FRACTION * runs, near_ties
+    assert max(drifts) < TOLERANCE_DELTA, f"pass-shape drift {max(drifts):.2e} leaves the tolerance band"
+
+
+@pytest.fixture(scope="module")
+def real_next_token(real_pair):
+    ids = chat_ids(real_pair.tokenizer, CHAT[0])
+    target_logits = score(real_pair.target.fork(), ids)[0][-1].astype(np.float64)  # [V]
+    draft_logits = score(real_pair.draft.fork(), ids)[0][-1].astype(np.float64)  # [V]
+    return target_logits, draft_logits
+
+
+@pytest.mark.parametrize("name", ["honest", "random", "adversarial", "lying"])
+def test_first_token_matches_the_real_target_distribution(name, real_next_token):
+    target_logits, draft_logits = real_next_token
+    params = SamplingParams(temperature=1.0)
+    probs = token_probs(target_logits, params)
+    wanted = int(np.argsort(probs)[-20])  # a plausible but unlikely token to force
+    rng = np.random.default_rng(0)
+    rows = np.stack([target_logits, target_logits])  # [γ+1, V]; the bonus row is not examined
+
+    def draft(seed: int) -> int:
+        if name == "honest":  # the coupled draft with the same Gumbel noise
+            return int(np.argmax(noisy_scores(draft_logits, params, seed, 0)))
+        if name == "random":
+            return int(rng.integers(target_logits.size))
+        return int(np.argmin(target_logits)) if name == "adversarial" else wanted
+
+    firsts = [verify(rows, [draft(s)], params=params, seed=s, start=0).tokens[0] for s in range(N_SAMPLES)]
+    pvalue = chi_square_pvalue(firsts, dict(enumerate(probs)))
+    assert pvalue > P_VALUE_THRESHOLD, f"{name}: chi-square p = {pvalue:.2e}"
+
+
+def test_a_chat_answer_ends_at_the_end_of_the_turn(real_pair):
+    """Chat requests stop at <|im_end|> (finish_reason "stop"); a completion of the same templated
+    prompt does not stop there, and its tokens up to that point are the same (same seed)."""
+    import trio
+
+    from node.target.chat import chat_prompt
+    from node.target.engine import CompletionRequest, Engine
+
+    engine = Engine(real_pair, model_name="smollm2", gamma=4)
+    messages = [{"role": "user", "content": "Answer with one word, yes or no: is water wet?"}]
+    prompt = tuple(chat_prompt(real_pair.tokenizer, messages))
+    eos = real_pair.tokenizer.eos_token_id
+    chat = trio.run(engine.complete, CompletionRequest(prompt, 24, 0.0, stop_at_eos=True))
+    assert chat.finish_reason == "stop" and chat.tokens[-1] == eos and len(chat.tokens) < 24, chat.text
+    longer = trio.run(engine.complete, CompletionRequest(prompt, len(chat.tokens) + 3, 0.0))
+    assert longer.finish_reason == "length" and longer.tokens[: len(chat.tokens)] == chat.tokens
+
+
+def test_the_shipped_draft_matches_its_manifest_and_size_cap():
+    """models/smollm2-draft: every file as trained (sha256), at most 40 MB, made for the prepared
+    target, measured on held-out chat and code prompts."""
+    import hashlib
+    import json
+
+    from node.pairs import check_prepared, get_pair
+    from node.subvocab import DRAFT_RECORD
+
+    named = get_pair("smollm2")
+    manifest = json.loads((named.draft / "MANIFEST.json").read_text())
+    total = 0
+    for name, digest in manifest["files"].items():
+        data = (named.draft / name).read_bytes()
+        total += len(data)
+        assert hashlib.sha256(data).hexdigest() == digest, f"{name} changed since training"
+    assert total <= 40 * 1024 * 1024
+    record = json.loads((named.draft / DRAFT_RECORD).read_text())
+    assert record["target_model_hash"] == check_prepared(named.target)["model_hash"]
+    assert set(manifest["heldout"]) == {"chat", "code"}
+    assert all(kind["positions"] >= 100 for kind in manifest["heldout"].values())
