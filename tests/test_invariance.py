@@ -7,15 +7,12 @@ TOLERANCE_DELTA, docs/design.md §4); every such flip is reported with its margi
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
 from node.decoding import encode_prompt, pair_proposer
+from tests.invariance import check_invariance
 from verifier.decode import decode_plain, decode_speculative
-from verifier.model import score
 from verifier.params import SamplingParams
-from verifier.verify import TOLERANCE_DELTA, score_margin
 
 PROMPTS = [
     "import os\n",
@@ -46,35 +43,10 @@ GAMMA = 4
 MAX_NEAR_TIE_FRACTION = 0.01
 
 
-def _first_diff(a, b) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-
-
 def test_speculative_output_equals_plain_output(pair):
-    near_ties, failures, runs = [], [], 0
-    for temperature in TEMPERATURES:
-        params = SamplingParams(temperature=temperature)
-        for seed, prompt in enumerate(PROMPTS):
-            ids = encode_prompt(pair.tokenizer, prompt)
-            plain = decode_plain(pair.target, ids, params=params, seed=seed, max_new_tokens=MAX_NEW).tokens
-            for name in PROPOSERS:
-                runs += 1
-                proposer = pair_proposer(name, pair, rng_seed=seed)
-                spec = decode_speculative(
-                    pair.target, proposer, ids, params=params, seed=seed, max_new_tokens=MAX_NEW, gamma=GAMMA
-                ).tokens
-                if spec == plain:
-                    continue
-                k = _first_diff(spec, plain)
-                logits = score(pair.target.fork(), [*ids, *plain[:k]])[0][-1]
-                margin = score_margin(logits, params, seed, k)
-                record = f"T={temperature} prompt#{seed} {name}: token {k} differs, margin {margin:.2e}"
-                (near_ties if margin < TOLERANCE_DELTA else failures).append(record)
-    for record in near_ties:
-        warnings.warn(f"near-tie flip: {record}", stacklevel=1)
-    print(f"draft invariance: {runs} runs, {len(near_ties)} near-tie flips, {len(failures)} real mismatches")
-    assert not failures, "speculative output differs from plain decoding:\n" + "\n".join(failures)
-    assert len(near_ties) <= MAX_NEAR_TIE_FRACTION * runs, near_ties
+    prompts = [encode_prompt(pair.tokenizer, text) for text in PROMPTS]
+    report = check_invariance(pair, prompts, PROPOSERS, TEMPERATURES, max_new=MAX_NEW, gamma=GAMMA)
+    report.check(MAX_NEAR_TIE_FRACTION, "draft invariance")
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 8])

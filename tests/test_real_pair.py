@@ -14,17 +14,14 @@ Few and short on purpose: a real target pass costs ~50 ms here, and the suite mu
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
-from node.decoding import pair_proposer
+from tests.invariance import check_invariance
 from tests.stats import P_VALUE_THRESHOLD, chi_square_pvalue
-from verifier.decode import decode_plain, decode_speculative
 from verifier.model import score
 from verifier.params import SamplingParams, token_probs
-from verifier.verify import TOLERANCE_DELTA, noisy_scores, score_margin, verify
+from verifier.verify import TOLERANCE_DELTA, noisy_scores, verify
 
 CHAT = [
     "Why is the sky blue?",
@@ -72,34 +69,19 @@ def _drift(target, ids: list[int], tokens: list[int]) -> float:
 
 
 def test_speculative_equals_plain_on_the_real_target(real_pair):
-    pair = real_pair
-    near_ties, failures, drifts, runs = [], [], [], 0
-    for temperature in TEMPERATURES:
-        params = SamplingParams(temperature=temperature)
-        for seed, text in enumerate(CHAT + CODE):
-            ids = chat_ids(pair.tokenizer, text)
-            plain = decode_plain(pair.target, ids, params=params, seed=seed, max_new_tokens=MAX_NEW).tokens
-            drifts.append(_drift(pair.target, ids, plain))
-            for name in DRAFTERS:
-                runs += 1
-                proposer = pair_proposer(name, pair, rng_seed=seed)
-                spec = decode_speculative(
-                    pair.target, proposer, ids, params=params, seed=seed, max_new_tokens=MAX_NEW, gamma=GAMMA
-                ).tokens
-                if spec == plain:
-                    continue
-                k = next((i for i, (a, b) in enumerate(zip(spec, plain, strict=False)) if a != b), len(plain))
-                margin = score_margin(score(pair.target.fork(), [*ids, *plain[:k]])[0][-1], params, seed, k)
-                record = f"T={temperature} request#{seed} {name}: token {k} differs, margin {margin:.2e}"
-                (near_ties if margin < TOLERANCE_DELTA else failures).append(record)
-    for record in near_ties:
-        warnings.warn(f"near-tie flip: {record}", stacklevel=1)
-    print(
-        f"real-target invariance: {runs} runs, {len(near_ties)} near-tie flips, {len(failures)} real mismatches; "
-        f"logit drift between pass shapes: max {max(drifts):.2e}, mean {np.mean(drifts):.2e}"
+    drifts: list[float] = []
+    prompts = [chat_ids(real_pair.tokenizer, text) for text in CHAT + CODE]
+    report = check_invariance(
+        real_pair,
+        prompts,
+        DRAFTERS,
+        TEMPERATURES,
+        max_new=MAX_NEW,
+        gamma=GAMMA,
+        on_plain=lambda ids, tokens: drifts.append(_drift(real_pair.target, ids, tokens)),
     )
-    assert not failures, "speculative output differs from plain decoding:\n" + "\n".join(failures)
-    assert len(near_ties) <= MAX_NEAR_TIE_FRACTION * runs, near_ties
+    print(f"logit drift between pass shapes on the real target: max {max(drifts):.2e}, mean {np.mean(drifts):.2e}")
+    report.check(MAX_NEAR_TIE_FRACTION, "real-target invariance")
     assert max(drifts) < TOLERANCE_DELTA, f"pass-shape drift {max(drifts):.2e} leaves the tolerance band"
 
 
