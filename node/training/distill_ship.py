@@ -104,8 +104,7 @@ def _write_weights(draft, out: Path) -> None:
     save_file(state, out / DRAFT_WEIGHTS)
 
 
-def _data_summary(cfg: DistillConfig) -> dict:
-    labels = load_labels(cfg.work_dir)
+def _data_summary(cfg: DistillConfig, labels: list[dict]) -> dict:
     teacher = [x for x in labels if x["start"] > 1]
     code = [x for x in labels if x["start"] == 1]
     return {
@@ -123,7 +122,8 @@ def ship(cfg: DistillConfig) -> dict:
 
     from node.pairs import check_prepared
 
-    draft, _, step, sub_ids = restore(cfg, load_labels(cfg.work_dir))
+    labels = load_labels(cfg.work_dir)  # read once: for the head's sub-vocabulary and the summary
+    draft, _, step, sub_ids = restore(cfg, labels)
     draft.eval()
     results = evaluate(cfg, draft)
     ms = draft_ms_per_token(draft)
@@ -147,7 +147,7 @@ def ship(cfg: DistillConfig) -> dict:
             "embedding": "the target's (not shipped)",
             "ms_per_token_one_thread": ms,
         },
-        "training": {"steps": step, "lr": cfg.lr, "batch_sequences": cfg.batch_sequences, **_data_summary(cfg)},
+        "training": {"steps": step, "lr": cfg.lr, "batch_sequences": cfg.batch_sequences, **_data_summary(cfg, labels)},
         "heldout": results,
         "bars": {"greedy_acceptance": GREEDY_BAR, "gumbel_match": GUMBEL_BAR, "ms_per_token": SPEED_BAR_MS},
         "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(tmp.iterdir())},

@@ -72,7 +72,9 @@ def restore(cfg: DistillConfig, labels: list[dict]):
 
     sub_path = cfg.work_dir / SUBVOCAB
     if not sub_path.exists():  # fixed at the first start, so a resumed run trains the same head
-        eos = 2
+        from transformers import AutoConfig
+
+        eos = int(AutoConfig.from_pretrained(cfg.target_dir).eos_token_id)  # always draftable: answers end with it
         np.save(sub_path, frequency_ranked_ids(labels, cfg.sub_vocab, always=(eos,)))
     sub_ids = np.load(sub_path)
     draft = build_draft(cfg, sub_ids)
