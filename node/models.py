@@ -28,11 +28,12 @@ class ModelLoadError(SpecmarketError):
 class HFCausalLM:
     """A transformers causal LM with a DynamicCache that can be rolled back (transformers 5 API)."""
 
-    def __init__(self, model, name: str = "model") -> None:
+    def __init__(self, model, name: str = "model", kernel: str = "plain") -> None:
         from transformers import DynamicCache
 
         self.model = model.eval()
         self.name = name
+        self.kernel = kernel  # the linear-layer kernel in use (node.kernels)
         self.vocab_size = int(model.config.vocab_size)
         self.max_positions = int(getattr(model.config, "n_positions", 0) or model.config.max_position_embeddings)
         self._cache_cls = DynamicCache
@@ -70,7 +71,7 @@ class HFCausalLM:
 
     def fork(self) -> HFCausalLM:
         """Same weights, separate (empty) cache."""
-        return HFCausalLM(self.model, self.name)
+        return HFCausalLM(self.model, self.name, self.kernel)
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -79,11 +80,15 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
 
 
-def load_model_dir(path: Path | str, name: str) -> tuple[HFCausalLM, object]:
+def load_model_dir(path: Path | str, name: str, kernel: str = "plain") -> tuple[HFCausalLM, object]:
+    """Load a local HF model directory as fp32 with its tokenizer; ``kernel`` picks the linear-layer
+    kernel (node.kernels: a speed choice, falling back to plain where it cannot run)."""
     import torch
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
+
+    from node.kernels import load_kernel
 
     hf_logging.disable_progress_bar()  # loading a local 20 MB model needs no progress bar
 
@@ -99,7 +104,7 @@ def load_model_dir(path: Path | str, name: str) -> tuple[HFCausalLM, object]:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, SafetensorError) as exc:
         raise ModelLoadError(f"cannot load {name} model from {path}: {exc}{hint}") from exc
-    return HFCausalLM(model, name), tokenizer
+    return load_kernel(model, name, kernel), tokenizer
 
 
 @dataclass(frozen=True)
@@ -110,9 +115,12 @@ class ModelPair:
     fingerprint: str
 
 
-def load_pair(target_dir: Path | str = TINY_TARGET, draft_dir: Path | str | None = TINY_DRAFT) -> ModelPair:
-    """Load a target (and optionally a draft); a vocabulary mismatch is a ModelMismatch error."""
-    target, tokenizer = load_model_dir(target_dir, "target")
+def load_pair(
+    target_dir: Path | str = TINY_TARGET, draft_dir: Path | str | None = TINY_DRAFT, kernel: str = "plain"
+) -> ModelPair:
+    """Load a target (and optionally a draft); a vocabulary mismatch is a ModelMismatch error.
+    ``kernel`` is the target's linear-layer kernel (node.kernels)."""
+    target, tokenizer = load_model_dir(target_dir, "target", kernel)
     fingerprint = tokenizer_fingerprint(tokenizer)
     draft = None
     if draft_dir is not None:
@@ -138,30 +146,3 @@ def model_hash(path: Path | str) -> bytes:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         lines.append(f"{file.relative_to(path).as_posix()} {digest}\n")
     return hashlib.sha256("".join(lines).encode()).digest()
-
-
-def prepack_linears(model) -> int:
-    """Replace every ``nn.Linear`` of ``model`` by oneDNN's prepacked fp32 version (weights laid
-    out once for its GEMM kernels: ``torch.utils.mkldnn.MkldnnLinear``); returns how many.
-
-    Still fp32: the logits change only by summation order, which ``bench-target`` measures as
-    drift between pass shapes. A kernel choice, not a default: see docs/target-performance.md.
-    """
-    import torch
-    from torch.utils.mkldnn import MkldnnLinear
-
-    class Prepacked(torch.nn.Module):
-        def __init__(self, linear: torch.nn.Linear) -> None:
-            super().__init__()
-            self.inner = MkldnnLinear(linear, torch.float32)
-
-        def forward(self, x):  # [..., d_in] -> [..., d_out]; oneDNN takes 2-D input
-            return self.inner(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
-
-    swapped = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                setattr(parent, name, Prepacked(child))
-                swapped += 1
-    return swapped

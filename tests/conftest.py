@@ -35,8 +35,10 @@ def chain(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def real_pair():
-    """The real pair: SmolLM2-135M-Instruct (converted by `make setup`) and the draft shipped for it."""
+    """The real pair: SmolLM2-135M-Instruct (converted by `make setup`) and the draft shipped for it,
+    on the kernel a target node serves with by default (node.kernels)."""
+    from node.kernels import DEFAULT_KERNEL
     from node.pairs import get_pair
 
     named = get_pair("smollm2")
-    return load_pair(named.target_dir(), named.draft_dir())
+    return load_pair(named.target_dir(), named.draft_dir(), DEFAULT_KERNEL)

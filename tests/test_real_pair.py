@@ -132,6 +132,28 @@ def test_a_chat_answer_ends_at_the_end_of_the_turn(real_pair):
     assert longer.finish_reason == "length" and longer.tokens[: len(chat.tokens)] == chat.tokens
 
 
+def test_the_lean_forward_computes_the_hf_forward_on_the_real_target(real_pair):
+    """The served kernel (the lean forward on the skinny kernel) against HF's own forward on torch's
+    kernel: prefill, one-position and verification-width passes, a rollback, far inside the band."""
+    from node.models import load_model_dir
+    from node.pairs import get_pair
+
+    assert real_pair.target.kernel == "skinny"
+    hf, _ = load_model_dir(get_pair("smollm2").target_dir(), "target", "plain")
+    lean = real_pair.target.fork()
+    ids = chat_ids(real_pair.tokenizer, CODE[0])
+    worst = 0.0
+    for step in (ids, [1, 2, 3, 4, 5], [6], ("rollback", 3), [7, 8]):
+        if step[0] == "rollback":
+            hf.rollback(step[1]), lean.rollback(step[1])
+            continue
+        want, got = hf.extend(step), lean.extend(step)  # [len(step), V]
+        assert (want.argmax(axis=1) == got.argmax(axis=1)).all()
+        worst = max(worst, float(np.abs(want - got).max()))
+    print(f"lean vs HF forward on the real target: max |logit difference| {worst:.2e}")
+    assert worst < TOLERANCE_DELTA / 4
+
+
 def test_the_shipped_draft_matches_its_manifest_and_size_cap():
     """models/smollm2-draft: every file as trained (sha256), at most 40 MB, made for the prepared
     target, measured on held-out chat and code prompts."""

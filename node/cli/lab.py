@@ -12,7 +12,8 @@ import logging
 from pathlib import Path
 
 from node.cli.options import defaults
-from node.lab.config import KERNELS, MAX_DEMO_TOKENS, BenchConfig, NetDemoConfig, P2PBenchConfig, TargetBenchConfig
+from node.kernels import KERNELS
+from node.lab.config import MAX_DEMO_TOKENS, BenchConfig, NetDemoConfig, P2PBenchConfig, TargetBenchConfig
 from node.training.config import PipelineConfig
 
 THEORY_ALPHAS = (0.5, 0.7, 0.8, 0.9)
@@ -177,7 +178,7 @@ def _add_bench_target(sub) -> None:
 def _cmd_bench_target(args: argparse.Namespace) -> int:
     from node.lab.bench_target import run_bench_target
 
-    kernels = tuple(k for k in KERNELS if k in args.kernels)  # plain before prepacked (prepacking is in place)
+    kernels = tuple(dict.fromkeys(args.kernels))  # each once, in the order given
     cfg = TargetBenchConfig(args.model_dir, tuple(args.threads), kernels, args.max_gamma, args.repeats, args.out)
     run_bench_target(cfg)
     return 0

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from node.chain.cheat import Cheat
-from node.cli.options import add_pair_option, defaults, resolve
+from node.cli.options import add_kernel_option, add_pair_option, defaults, resolve
 from node.client.ask import AskConfig
 from node.drafter.config import DrafterConfig
 from node.drafter.strategies import STRATEGIES
@@ -43,6 +43,7 @@ def _add_target(sub) -> None:
         "--max-drafters", type=int, help=f"drafters asked per job; 0 = plain decoding (default {d['max_drafters']})"
     )
     add_pair_option(p, d["pair"])
+    add_kernel_option(p, d["kernel"])
     p.add_argument("--target-model", type=Path, help="local HF model directory (default: the pair's target)")
     p.add_argument(
         "--chain",
@@ -99,6 +100,7 @@ def _add_drafter(sub) -> None:
     p.add_argument("--bootstrap", help="the target's multiaddr, ending in /p2p/<peer id> (required)")
     add_pair_option(p, d["pair"])
     p.add_argument("--model", type=Path, help="draft model directory (default: the pair's draft)")
+    add_kernel_option(p, d["kernel"])
     p.add_argument("--strategy", choices=STRATEGIES, help=f"honest, or a hostile behaviour (default {d['strategy']})")
     p.add_argument("--data-dir", type=Path, help=f"identity key (default {d['data_dir']})")
     p.add_argument("--listen", help=f"libp2p listen multiaddr (default {d['listen']})")

@@ -94,6 +94,18 @@ def resolve(args: argparse.Namespace, section: str, *classes: type) -> dict[str,
     return merged
 
 
+def add_kernel_option(p: argparse.ArgumentParser, default: str) -> None:
+    """``--kernel``: the linear-layer kernel of the model's forward pass (node.kernels), a speed choice."""
+    from node.kernels import KERNELS
+
+    p.add_argument(
+        "--kernel",
+        choices=KERNELS,
+        help=f"linear-layer kernel: skinny = ours, one weight read per verification pass (falls back to plain "
+        f"without a C compiler or AVX2); plain = torch's; prepacked = oneDNN's (default {default})",
+    )
+
+
 def add_pair_option(p: argparse.ArgumentParser, default: str) -> None:
     """``--pair``: the named target/draft pair whose directories are used unless paths are given."""
     from node.pairs import PAIRS

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.drafter.strategies import DEFAULT_SLOW_MS, STRATEGIES
+from node.kernels import DEFAULT_KERNEL, KERNELS
 from node.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
@@ -30,11 +31,14 @@ class DrafterConfig:
     listen: str = DEFAULT_LISTEN
     slow_ms: int = DEFAULT_SLOW_MS  # delay of the slow strategy
     seed: int = 0  # for the random strategy and flaky's drop point
+    kernel: str = DEFAULT_KERNEL  # the draft's linear-layer kernel (node.kernels): speed only
     threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
     overlap: bool = True  # draft the next block while the target verifies (early drafts); off: --no-overlap
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
+        if self.kernel not in KERNELS:
+            raise InvalidParams(f"--kernel must be one of {', '.join(KERNELS)}, got {self.kernel!r}")
         if self.strategy not in STRATEGIES:
             raise InvalidParams(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.slow_ms < 0:

@@ -41,7 +41,7 @@ MAX_SESSIONS = 32
 class DrafterNode:
     def __init__(self, cfg: DrafterConfig) -> None:
         self.cfg = cfg
-        self.model, self.tokenizer = load_model_dir(cfg.model_dir, "draft")
+        self.model, self.tokenizer = load_model_dir(cfg.model_dir, "draft", cfg.kernel)
         self.fingerprint = tokenizer_fingerprint(self.tokenizer)
         self.rng = random.Random(cfg.seed)
         self.sessions = 0

@@ -7,8 +7,10 @@ close to 1, which is what speculation needs (Leviathan et al. 2023, §3.3: the s
 divides by the verify cost). This measures, in one process and one run:
 
 - the memory bandwidth: a streaming read (``sum``) of a buffer far larger than the caches;
-- t_target(1) and v(γ) for γ = 1..max_gamma after a COST_CONTEXT-token prefix, per kernel
-  (``plain`` nn.Linear, or ``prepacked`` oneDNN weights) and per thread count;
+- t_target(1) and v(γ) for γ = 1..max_gamma after a COST_CONTEXT-token prefix, per linear-layer
+  kernel (node.kernels: ``skinny``, ``plain`` nn.Linear, ``prepacked`` oneDNN weights) and per
+  thread count. The kernels' passes are interleaved (one pass of each in turn), so that a noisy
+  machine slows them alike and their ratios hold;
 - the logit drift between one (γ+1)-position pass and γ+1 one-position passes over the same tokens,
   and how many argmaxes flip: the invariance the tolerance band relies on (docs/design.md §4).
 
@@ -17,13 +19,14 @@ Ratios are printed side by side; nothing here is a test.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import numpy as np
 
-from node.lab.bench_local import COST_CONTEXT, median_seconds, pass_seconds, write_json
+from node.lab.bench_local import COST_CONTEXT, median_seconds, write_json
 from node.lab.config import TargetBenchConfig
-from node.models import HFCausalLM, load_model_dir, prepack_linears
+from node.models import HFCausalLM, load_model_dir
 
 BANDWIDTH_BYTES = 1 << 30  # 1 GiB: far past any cache of this CPU
 BANDWIDTH_REPEATS = 5
@@ -59,40 +62,64 @@ def shape_drift(model: HFCausalLM, width: int) -> dict:
     return {"width": width, "max_abs_drift": float(np.abs(together - one_by_one).max()), "argmax_flips": flips}
 
 
-def pass_costs(model: HFCausalLM, max_gamma: int, repeats: int) -> dict:
-    """t(1) in ms and v(γ) = t(γ+1)/t(1) for γ = 1..max_gamma."""
-    t1 = pass_seconds(model, 1, repeats)
-    v = {gamma: pass_seconds(model, gamma + 1, repeats) / t1 for gamma in range(1, max_gamma + 1)}
-    return {"t_target_1_ms": round(t1 * 1e3, 3), "v": {g: round(x, 3) for g, x in v.items()}}
+def interleaved_pass_ms(models: dict[str, HFCausalLM], widths: range, repeats: int) -> dict[str, dict[int, float]]:
+    """Median ms of one n-position pass for every model and width, after a COST_CONTEXT prefix: the
+    models take turns pass by pass, so machine noise falls on all of them alike."""
+    context = list(range(1, COST_CONTEXT + 1))
+    for model in models.values():
+        model.reset()
+        model.extend(context)
+    samples: dict[str, dict[int, list[float]]] = {name: {n: [] for n in widths} for name in models}
+    for n in widths:
+        tokens = list(range(7, 7 + n))
+        for _ in range(repeats):
+            for name, model in models.items():
+                started = time.perf_counter()
+                model.extend(tokens)
+                samples[name][n].append(time.perf_counter() - started)
+                model.rollback(n)
+    return {name: {n: statistics.median(s) * 1e3 for n, s in by_width.items()} for name, by_width in samples.items()}
 
 
-def _row(model: HFCausalLM, kernel: str, threads: int, cfg: TargetBenchConfig, floor_s: float) -> dict:
+def _rows(models: dict[str, HFCausalLM], threads: int, cfg: TargetBenchConfig, floor_s: float) -> list[dict]:
     import torch
 
     torch.set_num_threads(threads)
-    costs = pass_costs(model, cfg.max_gamma, cfg.repeats)
-    drift = shape_drift(model, min(DRIFT_WIDTH, cfg.max_gamma + 1))
-    over_floor = costs["t_target_1_ms"] / (floor_s * 1e3)
-    return {"kernel": kernel, "threads": threads, **costs, "t1_over_floor": round(over_floor, 3), "drift": drift}
+    pass_ms = interleaved_pass_ms(models, range(1, cfg.max_gamma + 2), cfg.repeats)
+    rows = []
+    for kernel, by_width in pass_ms.items():
+        t1 = by_width[1]
+        v = {gamma: round(by_width[gamma + 1] / t1, 3) for gamma in range(1, cfg.max_gamma + 1)}
+        drift = shape_drift(models[kernel], min(DRIFT_WIDTH, cfg.max_gamma + 1))
+        over_floor = round(t1 / (floor_s * 1e3), 3)
+        rows.append(
+            {
+                "kernel": kernel,
+                "threads": threads,
+                "t_target_1_ms": round(t1, 3),
+                "v": v,
+                "t1_over_floor": over_floor,
+                "drift": drift,
+            }
+        )
+    return rows
 
 
 def run_bench_target(cfg: TargetBenchConfig) -> dict:
     started = time.perf_counter()
-    model, _ = load_model_dir(cfg.model_dir, "target")
-    size = weight_bytes(model)
+    models = {kernel: load_model_dir(cfg.model_dir, "target", kernel)[0] for kernel in cfg.kernels}
+    in_use = {kernel: model.kernel for kernel, model in models.items()}
+    models = {kernel: model for kernel, model in models.items() if in_use[kernel] == kernel}  # drop fallbacks
+    size = weight_bytes(next(iter(models.values())))
     bandwidth = {threads: read_bandwidth(threads) for threads in cfg.threads}
-    best_bandwidth = max(bandwidth.values())
-    floor_s = size / best_bandwidth
-    rows = []
-    for kernel in cfg.kernels:  # plain first: prepacking replaces the model's layers in place
-        if kernel == "prepacked":
-            prepack_linears(model.model)
-        rows.extend(_row(model, kernel, threads, cfg, floor_s) for threads in cfg.threads)
+    floor_s = {threads: size / b for threads, b in bandwidth.items()}
+    rows = [row for threads in cfg.threads for row in _rows(models, threads, cfg, floor_s[threads])]
     report = {
         "model_dir": str(cfg.model_dir),
         "weight_bytes": size,
         "bandwidth_gb_s": {t: round(b / 1e9, 2) for t, b in bandwidth.items()},
-        "floor_ms": round(floor_s * 1e3, 3),
+        "floor_ms": {t: round(f * 1e3, 3) for t, f in floor_s.items()},
+        "kernels_unavailable": sorted(k for k, used in in_use.items() if used != k),
         "context": COST_CONTEXT,
         "repeats": cfg.repeats,
         "rows": rows,
@@ -106,7 +133,10 @@ def run_bench_target(cfg: TargetBenchConfig) -> dict:
 def _print_report(report: dict, cfg: TargetBenchConfig) -> None:
     bandwidth = ", ".join(f"{t} thread(s) {b} GB/s" for t, b in report["bandwidth_gb_s"].items())
     print(f"\nweights {report['weight_bytes'] / 1e6:.1f} MB; read bandwidth {bandwidth}")
-    print(f"floor (weights / best bandwidth): {report['floor_ms']} ms per pass")
+    floors = ", ".join(f"{t} thread(s) {f} ms" for t, f in report["floor_ms"].items())
+    print(f"floor (weights / bandwidth at that thread count): {floors} per pass")
+    if report["kernels_unavailable"]:
+        print(f"not measured (cannot run here): {', '.join(report['kernels_unavailable'])}")
     gammas = range(1, cfg.max_gamma + 1)
     print(f"  {'kernel':<10}{'thr':>4}{'t(1) ms':>9}{'/floor':>8}" + "".join(f"{f'v(γ={g})':>9}" for g in gammas))
     for r in report["rows"]:

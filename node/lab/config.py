@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from market.policy import DEFAULT_DEADLINE_MS
+from node.kernels import KERNELS
 from node.lab.workload import NET_DEMO_PROMPTS
-from node.models import TINY_TARGET
+from node.pairs import SMOLLM2_TARGET_DIR
 from verifier.proposal import DEFAULT_GAMMA
 
 # The lab (demo-net, the benchmarks and their child processes) runs on the tiny pair until the
@@ -55,14 +56,11 @@ class P2PBenchConfig:
     out: Path = Path("bench_out/bench_p2p.json")
 
 
-KERNELS = ("plain", "prepacked")  # nn.Linear as loaded; oneDNN prepacked fp32 weights (node.models.prepack_linears)
-
-
 @dataclass(frozen=True)
 class TargetBenchConfig:
-    model_dir: Path = TINY_TARGET  # any local HF causal-LM directory (e.g. the converted SmolLM2-135M)
+    model_dir: Path = SMOLLM2_TARGET_DIR  # any local HF causal-LM directory; default the converted SmolLM2-135M
     threads: tuple[int, ...] = (1, 2)
-    kernels: tuple[str, ...] = KERNELS
+    kernels: tuple[str, ...] = KERNELS  # node.kernels
     max_gamma: int = 8
     repeats: int = 15  # passes per timing; the median is reported
     out: Path = Path("bench_out/bench_target.json")

@@ -14,6 +14,7 @@ from market.policy import DEFAULT_DEADLINE_MS
 from node.chain.cheat import Cheat
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, parse_ether
 from node.chain.keys import OPERATOR_KEY_FILE
+from node.kernels import DEFAULT_KERNEL, KERNELS
 from node.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
@@ -42,6 +43,7 @@ class TargetConfig:
     pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
     target_model: Path | None = None  # default: the pair's target
     draft_model: Path | None = None  # default: the pair's draft; loaded only for --cheat draft-model
+    kernel: str = DEFAULT_KERNEL  # the target's linear-layer kernel (node.kernels): speed only
     chain: str | None = None  # JSON-RPC URL: bond there and sign a receipt for every answer; None: unbonded
     deployments: Path = DEFAULT_DEPLOYMENTS_DIR
     operator_key: Path | None = None  # default: DATA_DIR/keys/operator.key
@@ -50,6 +52,8 @@ class TargetConfig:
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
+        if self.kernel not in KERNELS:
+            raise InvalidParams(f"--kernel must be one of {', '.join(KERNELS)}, got {self.kernel!r}")
         if not 1 <= self.gamma <= MAX_GAMMA:
             raise InvalidParams(f"--gamma must be in [1, {MAX_GAMMA}], got {self.gamma}")
         if not 0 < self.draft_deadline_ms <= MAX_DEADLINE_MS:

@@ -39,7 +39,9 @@ MODEL_NAME = "specmarket-target"
 class TargetNode:
     def __init__(self, cfg: TargetConfig, pair: ModelPair | None = None) -> None:
         self.cfg = cfg
-        self.pair = pair or load_pair(cfg.target_dir, cfg.draft_dir if cfg.cheat is Cheat.DRAFT_MODEL else None)
+        self.pair = pair or load_pair(
+            cfg.target_dir, cfg.draft_dir if cfg.cheat is Cheat.DRAFT_MODEL else None, cfg.kernel
+        )
         self.pair.target.fork().extend([self.pair.tokenizer.eos_token_id] * (cfg.gamma + 1))  # warm up
         self.registry = Registry()
         self.policy = Policy(

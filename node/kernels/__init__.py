@@ -1,0 +1,119 @@
+"""Linear-layer kernels for the target's forward pass: a speed choice that never changes what is sampled.
+
+- ``plain``: the model's ``nn.Linear`` as loaded (torch's BLAS, MKL on x86).
+- ``prepacked``: oneDNN's prepacked fp32 weights (``torch.utils.mkldnn.MkldnnLinear``).
+- ``skinny``: our small-M fp32 kernel (``skinny_gemm.c``, AVX2 + FMA, one thread), compiled with the
+  system C compiler on first use into ``.cache/kernels``. Each weight is read once per pass for any
+  number of rows up to ``SKINNY_MAX_ROWS``, and a row's result does not depend on how many rows
+  the pass has. Wider passes (a prompt's prefill) use torch's kernel.
+
+Every kernel is fp32: logits differ between kernels and pass shapes only by summation order, well
+inside the tolerance band (docs/design.md §4); ``bench-target`` measures both the drift and the
+speed, and docs/target-performance.md records the choice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from node.pairs import CACHE_DIR
+from verifier.errors import SpecmarketError
+from verifier.proposal import MAX_GAMMA
+
+log = logging.getLogger(__name__)
+
+KERNELS = ("skinny", "plain", "prepacked")
+DEFAULT_KERNEL = "skinny"
+SOURCE = Path(__file__).with_name("skinny_gemm.c")
+BUILD_DIR = CACHE_DIR / "kernels"
+CFLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared", "-std=c11")  # no -ffast-math: the order is the contract
+REQUIRED_CPU_FLAGS = ("avx2", "fma")
+LANES = 8  # floats per AVX2 register: the kernel needs K to be a multiple
+SKINNY_MAX_ROWS = MAX_GAMMA + 1  # the widest verification pass; wider inputs use torch's kernel
+COMPILE_TIMEOUT_S = 120
+
+_library: ctypes.CDLL | None = None
+
+
+class KernelUnavailable(SpecmarketError):
+    """The skinny kernel cannot run here (no C compiler, no AVX2/FMA, or a failed build)."""
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _build(out: Path) -> None:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise KernelUnavailable("no C compiler (cc or gcc) on PATH to build the skinny kernel")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(f".{os.getpid()}.partial")
+    cmd = [compiler, *CFLAGS, "-o", str(partial), str(SOURCE)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        raise KernelUnavailable(f"building {SOURCE.name} failed: {detail}") from exc
+    partial.replace(out)  # atomic: a concurrent builder or a crash never leaves a half-written library
+
+
+def library() -> ctypes.CDLL:
+    """The compiled kernel, built once per source version (the file name carries its sha256)."""
+    global _library
+    if _library is not None:
+        return _library
+    missing = [f for f in REQUIRED_CPU_FLAGS if f not in _cpu_flags()]
+    if missing:
+        raise KernelUnavailable(f"this CPU lacks {', '.join(missing)}, which the skinny kernel needs")
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    path = BUILD_DIR / f"skinny_gemm-{digest}.so"
+    if not path.is_file():
+        log.info("building the skinny kernel into %s", path)
+        _build(path)
+    lib = ctypes.CDLL(str(path))
+    lib.skinny_pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.skinny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
+    lib.skinny_rows_per_block.restype = ctypes.c_int
+    _library = lib
+    return lib
+
+
+def load_kernel(model, name: str, kernel: str):
+    """``model`` (a HF causal LM) as an ``HFCausalLM`` running ``kernel``; the result's ``kernel``
+    says what runs. ``skinny`` on a Llama model is the lean forward (node.kernels.llama), elsewhere
+    the skinny linear layers in the HF forward. It falls back to ``plain``, with a warning, where
+    it cannot run: the choice changes speed only, never the sampled distribution.
+    """
+    from node.kernels.linear import prepack_linears, use_skinny_linears
+    from node.models import HFCausalLM
+
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    if kernel == "prepacked":
+        prepack_linears(model)
+    elif kernel == "skinny":
+        try:
+            lib = library()
+        except KernelUnavailable as exc:
+            log.warning("%s; using torch's kernel (plain) instead", exc)
+            return HFCausalLM(model, name, "plain")
+        from node.kernels.llama import LeanLlamaLM, is_lean_capable
+
+        if is_lean_capable(model):
+            return LeanLlamaLM(model, name, lib)
+        use_skinny_linears(model, lib)
+    return HFCausalLM(model, name, kernel)

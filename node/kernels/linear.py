@@ -1,0 +1,84 @@
+"""Drop-in replacements for ``nn.Linear``: the skinny kernel and oneDNN's prepacked weights."""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from node.kernels import LANES, SKINNY_MAX_ROWS
+
+
+class SkinnyLinear(torch.nn.Module):
+    """``nn.Linear`` without bias whose passes of up to SKINNY_MAX_ROWS rows run the skinny kernel.
+
+    ``fused`` builds one over several linears with the same input (q, k and v; gate and up): one
+    pass over their concatenated outputs. The original weights are kept, shared rather than copied
+    (a tied LM head stays tied to the embedding), for wider passes; the kernel reads its own packed
+    copy.
+    """
+
+    def __init__(self, linear: torch.nn.Linear, lib: ctypes.CDLL, parts: list[torch.nn.Linear] | None = None) -> None:
+        super().__init__()
+        parts = parts or [linear]
+        self.weights = [part.weight for part in parts]  # each [N_i, K]
+        if len(parts) == 1:
+            self.weight = linear.weight  # still a parameter of the model (counted, tied, saved)
+        self.in_features = linear.in_features
+        self.out_features = sum(w.shape[0] for w in self.weights)
+        self._lib = lib
+        block = lib.skinny_rows_per_block()
+        weight = torch.cat([w.detach() for w in self.weights]).contiguous()  # [N, K], freed after packing
+        self.register_buffer("packed", torch.empty(-(-self.out_features // block) * block * self.in_features))
+        lib.skinny_pack(weight.data_ptr(), self.packed.data_ptr(), self.out_features, self.in_features)
+
+    @classmethod
+    def fused(cls, linears: list[torch.nn.Linear], lib: ctypes.CDLL) -> SkinnyLinear:
+        return cls(linears[0], lib, linears)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., N]
+        flat = x.reshape(-1, self.in_features)
+        rows = flat.shape[0]
+        if rows > SKINNY_MAX_ROWS or x.dtype != torch.float32 or x.requires_grad:
+            return torch.cat([torch.nn.functional.linear(x, w) for w in self.weights], dim=-1)
+        flat = flat.contiguous()
+        out = torch.empty(rows, self.out_features, dtype=torch.float32)
+        self._lib.skinny_gemm(
+            flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), rows, self.out_features, self.in_features
+        )
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+def _swap_linears(model: torch.nn.Module, make, accept=lambda linear: True) -> int:
+    swapped = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear) and accept(child):
+                setattr(parent, name, make(child))
+                swapped += 1
+    return swapped
+
+
+def use_skinny_linears(model: torch.nn.Module, lib: ctypes.CDLL) -> int:
+    """Replace every bias-free fp32 ``nn.Linear`` whose input width is a multiple of LANES by a
+    SkinnyLinear; returns how many. Others (GPT-2's Conv1D layers, biased layers) stay as they are."""
+
+    def eligible(linear: torch.nn.Linear) -> bool:
+        return linear.bias is None and linear.weight.dtype == torch.float32 and linear.in_features % LANES == 0
+
+    return _swap_linears(model, lambda linear: SkinnyLinear(linear, lib), eligible)
+
+
+def prepack_linears(model: torch.nn.Module) -> int:
+    """Replace every ``nn.Linear`` by oneDNN's prepacked fp32 version (``MkldnnLinear``); returns how many."""
+    from torch.utils.mkldnn import MkldnnLinear
+
+    class Prepacked(torch.nn.Module):
+        def __init__(self, linear: torch.nn.Linear) -> None:
+            super().__init__()
+            self.inner = MkldnnLinear(linear, torch.float32)
+
+        def forward(self, x):  # [..., d_in] -> [..., d_out]; oneDNN takes 2-D input
+            return self.inner(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+
+    return _swap_linears(model, Prepacked)

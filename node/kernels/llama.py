@@ -1,0 +1,163 @@
+"""A lean forward pass for Llama-architecture models (SmolLM2 and its draft), for short passes.
+
+Hugging Face's ``LlamaForCausalLM`` forward is general: per call it builds masks and position
+tensors, goes through a cache object and several module layers per decoder layer. On a
+135M-parameter model that costs about as much as reading the weights (measured with the torch
+profiler: docs/target-performance.md). This forward computes the same function with fewer,
+larger steps, following gpt-fast's ``model.py`` (a plain decoder loop over preallocated caches):
+
+- q, k and v are one product, and so are the MLP's gate and up (``SkinnyLinear`` over the
+  concatenated weights: each output element is still its own dot product, so nothing changes);
+- the KV cache is a preallocated tensor per layer that grows by doubling; a rollback is a length;
+- RoPE's cos/sin come from the model's own rotary module, once, for every position up to the
+  cache's size (the products inv_freq × position are single multiplications, as in HF's forward).
+
+It reads the HF module's weights in place (nothing is copied but the kernel's packed layout), and
+returns the same logits as ``HFCausalLM`` up to summation order (tests/test_kernels.py bounds the
+difference far inside the tolerance band). The model knows nothing about sampling.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from node.kernels.linear import SkinnyLinear
+from node.models import HFCausalLM
+from verifier.errors import ContextTooLong
+
+INITIAL_CAPACITY = 256  # cache positions allocated per job at first; doubled as needed
+
+
+def is_lean_capable(model) -> bool:
+    """A plain Llama decoder (no biases, default RoPE scaling handled by the model's rotary module)."""
+    config = model.config
+    return (
+        getattr(config, "model_type", None) == "llama"
+        and not getattr(config, "attention_bias", False)
+        and not getattr(config, "mlp_bias", False)
+    )
+
+
+class _Layer:
+    """One decoder layer's weights, with the fused products."""
+
+    def __init__(self, layer, lib: ctypes.CDLL) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.qkv = SkinnyLinear.fused([attn.q_proj, attn.k_proj, attn.v_proj], lib)
+        self.o = SkinnyLinear(attn.o_proj, lib)
+        self.gate_up = SkinnyLinear.fused([mlp.gate_proj, mlp.up_proj], lib)
+        self.down = SkinnyLinear(mlp.down_proj, lib)
+        self.intermediate = mlp.gate_proj.out_features
+
+
+class LeanWeights:
+    """What every job of one model shares: the layers, the rotary tables, the head."""
+
+    def __init__(self, model, lib: ctypes.CDLL) -> None:
+        config = model.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scale = model.model.layers[0].self_attn.scaling
+        self.embed = model.model.embed_tokens
+        self.layers = [_Layer(layer, lib) for layer in model.model.layers]
+        self.norm = model.model.norm
+        head = model.lm_head
+        self.head = SkinnyLinear(head, lib) if isinstance(head, torch.nn.Linear) and head.bias is None else head
+        self._rotary = model.model.rotary_emb
+        self._cos = self._sin = torch.empty(0, self.head_dim)
+
+    def rotary(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:  # each [stop - start, head_dim]
+        if stop > self._cos.shape[0]:
+            size = max(stop, 2 * self._cos.shape[0], INITIAL_CAPACITY)
+            positions = torch.arange(size).unsqueeze(0)
+            cos, sin = self._rotary(torch.empty(1, dtype=torch.float32), positions)
+            self._cos, self._sin = cos[0], sin[0]
+        return self._cos[start:stop], self._sin[start:stop]
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # x [heads, M, hd]
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # HF's rotate_half
+    return x * cos + rotated * sin
+
+
+class LeanLlamaLM(HFCausalLM):
+    """``HFCausalLM`` with the lean forward: same interface, same weights, own KV cache."""
+
+    def __init__(self, model, name: str, lib: ctypes.CDLL, weights: LeanWeights | None = None) -> None:
+        self._lib = lib
+        self.weights = weights or LeanWeights(model, lib)
+        super().__init__(model, name, kernel="skinny")
+
+    def reset(self) -> None:
+        w = self.weights
+        self._keys = [torch.empty(w.kv_heads, 0, w.head_dim) for _ in w.layers]
+        self._values = [torch.empty(w.kv_heads, 0, w.head_dim) for _ in w.layers]
+        self._tokens: list[int] = []
+
+    def fork(self) -> LeanLlamaLM:
+        return LeanLlamaLM(self.model, self.name, self._lib, self.weights)
+
+    def rollback(self, n: int) -> None:
+        if n < 0 or n > len(self._tokens):
+            raise ValueError(f"cannot roll back {n} of {len(self._tokens)} cached tokens")
+        if n:
+            del self._tokens[-n:]  # the cache rows past len(self._tokens) are overwritten next
+
+    def _reserve(self, length: int) -> None:
+        capacity = self._keys[0].shape[1]
+        if length <= capacity:
+            return
+        size = max(length, 2 * capacity, INITIAL_CAPACITY)
+        for cache in (self._keys, self._values):
+            for i, old in enumerate(cache):
+                grown = torch.empty(old.shape[0], size, old.shape[2])
+                grown[:, : old.shape[1]] = old
+                cache[i] = grown
+
+    def extend(self, tokens: Sequence[int]) -> np.ndarray:  # -> [len(tokens), V] float32
+        if not tokens:
+            raise ValueError("extend needs at least one token")
+        start, stop = len(self._tokens), len(self._tokens) + len(tokens)
+        if stop > self.max_positions:
+            raise ContextTooLong(f"{self.name}: {stop} positions exceed the context window of {self.max_positions}")
+        self._reserve(stop)
+        with torch.inference_mode():
+            logits = self._forward(torch.tensor(list(tokens), dtype=torch.long), start, stop)
+        self._tokens.extend(int(t) for t in tokens)
+        return logits.numpy()
+
+    def _forward(self, ids: torch.Tensor, start: int, stop: int) -> torch.Tensor:  # ids [M] -> [M, V]
+        w = self.weights
+        hidden = w.embed(ids)  # [M, d]
+        cos, sin = w.rotary(start, stop)
+        # query i (at position start + i) sees keys 0 .. start + i; a one-row pass sees all of them
+        mask = None if stop - start == 1 else torch.ones(stop - start, stop, dtype=torch.bool).tril(start)
+        for i, layer in enumerate(w.layers):
+            hidden = hidden + self._attention(i, layer, layer.input_norm(hidden), cos, sin, start, stop, mask)
+            gate, up = layer.gate_up(layer.post_norm(hidden)).split(layer.intermediate, dim=-1)
+            hidden = hidden + layer.down(torch.nn.functional.silu(gate) * up)
+        return w.head(w.norm(hidden)).float()
+
+    def _attention(self, i, layer, x, cos, sin, start, stop, mask) -> torch.Tensor:  # x [M, d] -> [M, d]
+        w, rows = self.weights, stop - start
+        q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
+        q, k, v = layer.qkv(x).split((q_size, kv_size, kv_size), dim=-1)
+        q = _rotate(q.view(rows, w.heads, w.head_dim).transpose(0, 1), cos, sin)  # [H, M, hd]
+        k = _rotate(k.view(rows, w.kv_heads, w.head_dim).transpose(0, 1), cos, sin)  # [KV, M, hd]
+        self._keys[i][:, start:stop] = k
+        self._values[i][:, start:stop] = v.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.unsqueeze(0),
+            self._keys[i][:, :stop].unsqueeze(0),
+            self._values[i][:, :stop].unsqueeze(0),
+            attn_mask=mask,
+            scale=w.scale,
+            enable_gqa=True,
+        )  # [1, H, M, hd]
+        return layer.o(out[0].transpose(0, 1).reshape(rows, q_size))

@@ -1,0 +1,152 @@
+"""The skinny kernel (node/kernels): torch's product within float noise, bit-identical rows whatever
+the pass width, the same tokens as torch's kernel on a real model, and a clear fallback where it
+cannot be built."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+import node.kernels as kernels
+from node.kernels import SKINNY_MAX_ROWS, KernelUnavailable, library, load_kernel
+from node.kernels.linear import SkinnyLinear
+from node.models import TINY_TARGET, load_model_dir
+from verifier.verify import TOLERANCE_DELTA
+
+SHAPES = [(1, 8), (5, 8), (13, 576), (576, 576), (1536, 576), (576, 1536), (4099, 64)]  # (N, K), ragged N too
+ATOL = 1e-4  # fp32 summation-order noise on unit-scale inputs of width ≤ 1536 is ~1e-5
+
+
+def _skinny(n: int, k: int, seed: int) -> tuple[torch.nn.Linear, SkinnyLinear]:
+    torch.manual_seed(seed)
+    linear = torch.nn.Linear(k, n, bias=False)
+    return linear, SkinnyLinear(linear, library())
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_skinny_matches_torch_for_every_width_succeeds(n, k):
+    linear, skinny = _skinny(n, k, seed=n + k)
+    for rows in (1, 2, 3, 4, 5, 9, SKINNY_MAX_ROWS):
+        x = torch.randn(1, rows, k)
+        with torch.inference_mode():
+            got, want = skinny(x), linear(x)
+        assert got.shape == want.shape == (1, rows, n)
+        assert float((got - want).abs().max()) < ATOL * max(1.0, k**0.5 / 8)
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_skinny_rows_do_not_depend_on_the_pass_width_succeeds(n, k):
+    """Row m of a pass over many rows is bit-identical to a pass over row m alone."""
+    _, skinny = _skinny(n, k, seed=7)
+    x = torch.randn(SKINNY_MAX_ROWS, k)
+    with torch.inference_mode():
+        together = skinny(x)
+        for width in (2, 3, 5, SKINNY_MAX_ROWS):
+            assert torch.equal(skinny(x[:width]), together[:width])
+        alone = torch.cat([skinny(x[i : i + 1]) for i in range(SKINNY_MAX_ROWS)])
+    assert torch.equal(alone, together)
+
+
+def test_skinny_wider_than_a_verification_pass_uses_torch_succeeds():
+    linear, skinny = _skinny(64, 32, seed=3)
+    x = torch.randn(SKINNY_MAX_ROWS + 1, 32)
+    with torch.inference_mode():
+        assert torch.equal(skinny(x), linear(x))
+
+
+def test_skinny_on_gpt2_keeps_logits_in_the_band_and_tokens_the_same_succeeds():
+    plain, _ = load_model_dir(TINY_TARGET, "target")
+    skinny, _ = load_model_dir(TINY_TARGET, "target", kernel="skinny")
+    assert skinny.kernel == "skinny"
+    assert sum(isinstance(m, SkinnyLinear) for m in skinny.model.modules()) == 1  # GPT-2: only the LM head
+    context = list(range(1, 65))
+    plain.extend(context)
+    skinny.extend(context)
+    for block in ([7], [8, 9, 10, 11, 12]):
+        want, got = plain.extend(block), skinny.extend(block)  # [len(block), V]
+        assert float(np.abs(got - want).max()) < TOLERANCE_DELTA
+        assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
+
+
+def test_load_kernel_unknown_name_reverts():
+    with pytest.raises(ValueError, match="unknown kernel"):
+        load_kernel(torch.nn.Linear(8, 8), "m", "turbo")
+
+
+def test_build_without_a_compiler_reverts(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(KernelUnavailable, match="failed"):
+        kernels._build(tmp_path / "k.so")
+    assert not list(tmp_path.iterdir())  # nothing half-written left behind
+
+
+def test_skinny_falls_back_to_plain_where_it_cannot_run_succeeds(monkeypatch, caplog):
+    """Without AVX2/FMA the node still serves, on torch's kernel, and says so."""
+    monkeypatch.setattr(kernels, "_library", None)
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"sse2"})
+    model, _ = load_model_dir(TINY_TARGET, "target")
+    with caplog.at_level(logging.WARNING, logger="node.kernels"):
+        fallback = load_kernel(model.model, "target", "skinny")
+    assert fallback.kernel == "plain" and not any(isinstance(m, SkinnyLinear) for m in fallback.model.modules())
+    assert "lacks avx2, fma" in caplog.text and "plain" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def small_llama():
+    """A randomly initialised Llama (GQA, RoPE): the architecture of SmolLM2 at a size CI can afford."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=600,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def test_lean_forward_computes_the_hf_forward_succeeds(small_llama):
+    from node.kernels.llama import INITIAL_CAPACITY, LeanLlamaLM
+    from node.models import HFCausalLM
+
+    lean = load_kernel(small_llama, "llama", "skinny")
+    assert isinstance(lean, LeanLlamaLM) and lean.kernel == "skinny"
+    hf = HFCausalLM(small_llama, "llama")
+    rng = np.random.default_rng(1)
+    steps = [list(rng.integers(300, size=40)), [5], [6, 7, 8, 9, 10], ("rollback", 4), [11, 12], [13]]
+    steps += [list(rng.integers(300, size=n)) for n in (17, 3, 1)] * 12  # past INITIAL_CAPACITY: the cache grows
+    for step in steps:
+        if step[0] == "rollback":
+            hf.rollback(step[1]), lean.rollback(step[1])
+        else:
+            want, got = hf.extend(step), lean.extend(step)  # [len(step), V]
+            assert float(np.abs(want - got).max()) < 1e-4, f"step of {len(step)} at {len(hf.cached())}"
+        assert list(lean.cached()) == list(hf.cached())
+    assert len(lean.cached()) > INITIAL_CAPACITY
+
+
+def test_lean_forks_share_weights_not_caches_succeeds(small_llama):
+    lean = load_kernel(small_llama, "llama", "skinny")
+    a, b = lean.fork(), lean.fork()
+    first = a.extend([1, 2, 3])
+    b.extend([9, 9, 9, 9])
+    assert np.array_equal(a.fork().extend([1, 2, 3]), first)  # b's cache did not leak into a's weights
+    assert b.weights is a.weights and list(a.cached()) == [1, 2, 3]
+
+
+def test_lean_forward_past_the_context_window_reverts(small_llama):
+    from verifier.errors import ContextTooLong
+
+    lean = load_kernel(small_llama, "llama", "skinny")
+    lean.extend(list(range(1, 300)) * 2)
+    with pytest.raises(ContextTooLong, match="context window of 600"):
+        lean.extend([1, 2, 3])
+    assert len(lean.cached()) == 598  # nothing half-applied
