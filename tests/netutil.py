@@ -4,6 +4,7 @@ drafter peer running in the test's own process."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import trio
@@ -11,14 +12,13 @@ import trio
 from node.client.http import complete, http_json  # noqa: F401  (re-exported)
 from node.drafter.config import DrafterConfig
 from node.drafter.peer import DrafterNode
-from node.lab.procs import (  # noqa: F401  (re-exported)
-    SPECMARKET,
-    NodeProcess,
-    start_drafter,
-    start_target,
-    wait_for_drafters,
-)
+from node.lab import procs
+from node.lab.procs import SPECMARKET, NodeProcess, wait_for_drafters  # noqa: F401  (re-exported)
 from node.lab.trio_thread import TrioThread
+
+TEST_PAIR = "tiny"  # network tests exercise the protocol, not the model: the fast pair
+start_target = partial(procs.start_target, pair=TEST_PAIR)
+start_drafter = partial(procs.start_drafter, pair=TEST_PAIR)
 
 
 class InProcessDrafter:
@@ -27,7 +27,7 @@ class InProcessDrafter:
     def __init__(self, portal: TrioThread, tmp, bootstrap: str, strategy: str, name: str = "", **cfg: Any) -> None:
         data_dir = tmp / (name or strategy)
         self.node = DrafterNode(
-            DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=data_dir, pair="tiny", **cfg)
+            DrafterConfig(bootstrap=bootstrap, strategy=strategy, data_dir=data_dir, pair=TEST_PAIR, **cfg)
         )
         self.portal = portal
         self.addrs, self._stop = portal.start(self.node.run)

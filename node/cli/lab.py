@@ -11,7 +11,7 @@ import json
 import logging
 from pathlib import Path
 
-from node.cli.options import defaults
+from node.cli.options import add_pair_option, defaults
 from node.kernels import KERNELS
 from node.lab.config import MAX_DEMO_TOKENS, BenchConfig, NetDemoConfig, P2PBenchConfig, TargetBenchConfig
 from node.training.config import PipelineConfig
@@ -89,13 +89,14 @@ def _add_demo_net(sub) -> None:
         help=f"where README.md, the PNGs and demo_net.json go (default {d['out']}; `make report` writes report/)",
     )
     p.add_argument("--quick", action="store_true", help="two prompts of at most 16 tokens (what CI runs)")
-    p.set_defaults(func=_cmd_demo_net)
+    add_pair_option(p, d["pair"])
+    p.set_defaults(func=_cmd_demo_net, pair=d["pair"])
 
 
 def _cmd_demo_net(args: argparse.Namespace) -> int:
     from node.lab.demo_net import run_demo_net
 
-    return run_demo_net(NetDemoConfig(out=args.out, max_tokens=args.max_new_tokens, quick=args.quick))
+    return run_demo_net(NetDemoConfig(out=args.out, max_tokens=args.max_new_tokens, quick=args.quick, pair=args.pair))
 
 
 def _add_bench(sub) -> None:
@@ -116,12 +117,15 @@ def _bench_options(p: argparse.ArgumentParser, d: dict) -> None:
     p.add_argument("--temperatures", type=float, nargs="+", default=list(d["temperatures"]))
     p.add_argument("--repeats", type=int, default=d["repeats"], help="interleaved repetitions (median)")
     p.add_argument("--out", type=Path, default=d["out"], help=f"JSON output path (default {d['out']})")
+    add_pair_option(p, d["pair"])
+    p.set_defaults(pair=d["pair"])
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from node.lab.bench_local import run_bench
 
-    run_bench(BenchConfig(args.max_new_tokens, args.gamma, tuple(args.temperatures), args.repeats, args.out))
+    temps = tuple(args.temperatures)
+    run_bench(BenchConfig(args.max_new_tokens, args.gamma, temps, args.repeats, args.out, args.pair))
     return 0
 
 
@@ -144,7 +148,9 @@ def _cmd_bench_p2p(args: argparse.Namespace) -> int:
 
     temps = tuple(args.temperatures)
     run_bench_p2p(
-        P2PBenchConfig(args.max_new_tokens, args.gamma, temps, args.repeats, args.draft_deadline_ms, args.out)
+        P2PBenchConfig(
+            args.max_new_tokens, args.gamma, temps, args.repeats, args.draft_deadline_ms, args.out, args.pair
+        )
     )
     return 0
 

@@ -171,6 +171,15 @@ def complete(http: str, prompt: str, *, seed: int, max_tokens: int, temperature:
     return http_json(f"{http}/v1/completions", body)
 
 
+def chat_complete(
+    http: str, messages: list[dict[str, str]], *, seed: int, max_tokens: int, temperature: float = 1.0, **kw
+) -> dict:
+    """One non-streaming chat completion (``/v1/chat/completions``): the answer ends at the end of
+    the turn or after ``max_tokens``; the ``specmarket`` extension is the same as a completion's."""
+    body = {"messages": messages, "seed": seed, "max_tokens": max_tokens, "temperature": temperature, **kw}
+    return http_json(f"{http}/v1/chat/completions", body)
+
+
 def _request(base_url: str, path: str, body: dict[str, Any]) -> urllib.request.Request:
     if not base_url.startswith(("http://", "https://")):
         raise ClientError(f"the target URL must start with http:// or https://, got {base_url!r}")

@@ -66,8 +66,7 @@ class LeanWeights:
         self.embed = model.model.embed_tokens
         self.layers = [_Layer(layer, lib) for layer in model.model.layers]
         self.norm = model.model.norm
-        head = model.lm_head
-        self.head = SkinnyLinear(head, lib) if isinstance(head, torch.nn.Linear) and head.bias is None else head
+        self.head = _head(model.lm_head, lib)
         self._rotary = model.model.rotary_emb
         self._cos = self._sin = torch.empty(0, self.head_dim)
 
@@ -78,6 +77,31 @@ class LeanWeights:
             cos, sin = self._rotary(torch.empty(1, dtype=torch.float32), positions)
             self._cos, self._sin = cos[0], sin[0]
         return self._cos[start:stop], self._sin[start:stop]
+
+
+class _SubVocabHead:
+    """A sub-vocabulary head (node.subvocab) on the skinny kernel: scores its S tokens, FILL elsewhere."""
+
+    def __init__(self, head, lib: ctypes.CDLL) -> None:
+        linear = torch.nn.Linear(head.weight.shape[1], head.weight.shape[0], bias=False)
+        linear.weight = head.weight  # [S, d], shared
+        self.scores, self.ids, self.vocab_size = SkinnyLinear(linear, lib), head.ids, head.vocab_size
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:  # [M, d] -> [M, V]
+        from node.subvocab import FILL_LOGIT
+
+        out = hidden.new_full((hidden.shape[0], self.vocab_size), FILL_LOGIT)
+        out[:, self.ids] = self.scores(hidden)
+        return out
+
+
+def _head(head, lib: ctypes.CDLL):
+    """The LM head on the skinny kernel where it is a plain or a sub-vocabulary linear map."""
+    if isinstance(head, torch.nn.Linear) and head.bias is None:
+        return SkinnyLinear(head, lib)
+    if hasattr(head, "ids") and isinstance(getattr(head, "weight", None), torch.Tensor):
+        return _SubVocabHead(head, lib)
+    return head
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # x [heads, M, hd]

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from node.decoding import encode_prompt
 from node.lab.config import BenchConfig
-from node.lab.workload import BENCH_PROMPTS
+from node.lab.workload import WORKLOADS, prompt_ids
 from node.models import HFCausalLM, ModelPair, load_pair
 from verifier.decode import DecodeResult, DecodeStats, decode
 from verifier.params import SamplingParams, token_probs
@@ -233,12 +232,22 @@ def _print_report(report: dict) -> None:
     )
 
 
+def load_lab_pair(name: str) -> ModelPair:
+    """A named pair with the draft, its target on the kernel target nodes serve with (node.kernels)."""
+    from node.kernels import DEFAULT_KERNEL
+    from node.pairs import get_pair
+
+    named = get_pair(name)
+    return load_pair(named.target_dir(), named.draft_dir(), DEFAULT_KERNEL)
+
+
 def run_bench(cfg: BenchConfig) -> dict:
     import torch
 
     torch.set_num_threads(2)
-    pair = load_pair()
-    prompts = [encode_prompt(pair.tokenizer, p) for p in BENCH_PROMPTS]
+    pair = load_lab_pair(cfg.pair)
+    workload = WORKLOADS[cfg.pair]
+    prompts = [prompt_ids(pair.tokenizer, p, workload.chat) for p in workload.bench]
     costs = measure_costs(pair, cfg.gamma)
     temps = [bench_temperature(pair, prompts, cfg, t, costs) for t in cfg.temperatures]
     t1 = next((t for t in temps if t["temperature"] == 1.0), None)

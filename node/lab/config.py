@@ -1,21 +1,20 @@
-"""The lab's configurations: every default of `demo-net`, `bench-local` and `bench-p2p`, written
-once (the CLI reads its defaults from these fields). Importing it loads no model or network stack."""
+"""The lab's configurations: every default of `demo-net`, `bench-local`, `bench-p2p` and
+`bench-target`, written once (the CLI reads its defaults from these fields). The lab runs every
+party on one named pair, by default the real one (DEFAULT_PAIR); importing this loads no model or
+network stack."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from market.policy import DEFAULT_DEADLINE_MS
 from node.kernels import KERNELS
-from node.lab.workload import NET_DEMO_PROMPTS
-from node.pairs import SMOLLM2_TARGET_DIR
+from node.lab.workload import WORKLOADS, Workload
+from node.pairs import DEFAULT_PAIR, SMOLLM2_TARGET_DIR, get_pair
 from verifier.proposal import DEFAULT_GAMMA
 
-# The lab (demo-net, the benchmarks and their child processes) runs on the tiny pair until the
-# demo moves to SmolLM2 (planned, docs/design.md §8); every role's own default is DEFAULT_PAIR.
-LAB_PAIR = "tiny"
-MAX_DEMO_TOKENS = 256  # the shipped target has a 512-position window; the prompts take a few dozen
+MAX_DEMO_TOKENS = 256  # the tiny target has a 512-position window; the prompts take a few dozen
 QUICK_MAX_TOKENS = 16
 QUICK_PROMPTS = 2
 QUICK_FORGERY_SAMPLES = 1000
@@ -25,16 +24,24 @@ QUICK_FORGERY_SAMPLES = 1000
 class NetDemoConfig:
     out: Path = Path("demo_out") / "report"  # ignored; `make report` refreshes the committed report/
     max_tokens: int = 48
-    prompts: tuple[str, ...] = NET_DEMO_PROMPTS
+    prompts: tuple[str, ...] = ()  # default: the pair's workload (node.lab.workload)
     quick: bool = False  # CI: fewer prompts, tokens and forgery samples, same steps
     forgery_samples: int = 4000
+    pair: str = DEFAULT_PAIR  # every party's model pair (node.pairs)
+
+    def __post_init__(self) -> None:
+        get_pair(self.pair)
+
+    @property
+    def workload(self) -> Workload:
+        return WORKLOADS[self.pair]
 
     def effective(self) -> NetDemoConfig:
+        prompts = self.prompts or self.workload.net_demo
         if not self.quick:
-            return self
-        return NetDemoConfig(
-            self.out, min(self.max_tokens, QUICK_MAX_TOKENS), self.prompts[:QUICK_PROMPTS], True, QUICK_FORGERY_SAMPLES
-        )
+            return replace(self, prompts=prompts)
+        tokens = min(self.max_tokens, QUICK_MAX_TOKENS)
+        return replace(self, max_tokens=tokens, prompts=prompts[:QUICK_PROMPTS], forgery_samples=QUICK_FORGERY_SAMPLES)
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class BenchConfig:
     temperatures: tuple[float, ...] = (0.0, 1.0)
     repeats: int = 3  # interleaved repetitions; the median tok/s is reported
     out: Path = Path("bench_out/bench_local.json")
+    pair: str = DEFAULT_PAIR  # node.pairs; the prompts are its workload's (node.lab.workload)
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,7 @@ class P2PBenchConfig:
     repeats: int = 3  # interleaved repetitions; the median is reported
     draft_deadline_ms: float = DEFAULT_DEADLINE_MS
     out: Path = Path("bench_out/bench_p2p.json")
+    pair: str = DEFAULT_PAIR  # node.pairs; the prompts are its workload's (node.lab.workload)
 
 
 @dataclass(frozen=True)

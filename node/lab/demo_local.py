@@ -1,8 +1,9 @@
 """`specmarket demo`: the local demo, every drafter in one process (`make demo` runs the networked one).
 
-Shows, on the shipped pair and fixed prompts, that every drafter leaves the GUMBEL output
-identical to plain decoding, that an honest drafter cuts target passes, and that the textbook
-LEVIATHAN rule is forged by a lying drafter.
+Shows, on the tiny pair and fixed prompts, that every drafter leaves the GUMBEL output identical
+to plain decoding, that an honest drafter cuts target passes, and that the textbook LEVIATHAN rule
+is forged by a lying drafter. The rules' mechanics do not depend on the model, so this quick demo
+stays on the tiny pair; the real pair's demo is demo-net.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from node.decoding import GenerateConfig, generate
-from node.lab.config import LAB_PAIR
 from node.lab.plots import write_theory_plots
-from node.lab.workload import LOCAL_DEMO_PROMPTS
+from node.lab.workload import WORKLOADS
 from node.models import load_pair
+from node.pairs import get_pair
 from verifier.params import SamplingParams
 from verifier.verify import Rule
 
@@ -32,6 +33,7 @@ DEMO_RUNS = (
     ("lying", Rule.LEVIATHAN),
 )
 DEMO_PARAMS = SamplingParams(temperature=0.8)
+LOCAL_DEMO_PAIR = "tiny"
 
 
 def _row(drafter: str, rule: Rule, runs: list[dict], reference: list[list[int]]) -> dict:
@@ -64,13 +66,13 @@ def _print_table(rows: list[dict]) -> None:
 
 
 def run_demo(max_new_tokens: int, out: Path) -> int:
-    pair = load_pair()
-    base = GenerateConfig(prompt="", max_new_tokens=max_new_tokens, params=DEMO_PARAMS, pair=LAB_PAIR)
+    pair = load_pair(get_pair(LOCAL_DEMO_PAIR).target_dir(), get_pair(LOCAL_DEMO_PAIR).draft_dir())
+    base = GenerateConfig(prompt="", max_new_tokens=max_new_tokens, params=DEMO_PARAMS, pair=LOCAL_DEMO_PAIR)
     rows, reference = [], []
     for drafter, rule in tqdm(DEMO_RUNS, desc="demo runs", unit="config"):
         runs = [
             generate(replace(base, prompt=p, seed=i, drafter=drafter, rule=rule), pair)
-            for i, p in enumerate(LOCAL_DEMO_PROMPTS)
+            for i, p in enumerate(WORKLOADS[LOCAL_DEMO_PAIR].local_demo)
         ]
         if drafter == "none":
             reference = [r["tokens"] for r in runs]
@@ -85,7 +87,9 @@ def run_demo(max_new_tokens: int, out: Path) -> int:
     print("(LEVIATHAN is exact only in distribution, and only for honest drafters: its samples differ from")
     print(" plain decoding even with the honest local draft; GUMBEL reproduces plain decoding exactly.)")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "demo.json").write_text(json.dumps({"rows": rows, "prompts": LOCAL_DEMO_PROMPTS}, indent=2))
+    (out / "demo.json").write_text(
+        json.dumps({"rows": rows, "prompts": WORKLOADS[LOCAL_DEMO_PAIR].local_demo}, indent=2)
+    )
     write_theory_plots([0.5, 0.7, 0.9], 0.1, 4, 2000, out)
     print(f"wrote {out / 'demo.json'} and theory plots in {out}/")
     return 0 if gumbel_ok else 1

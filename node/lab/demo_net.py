@@ -28,19 +28,21 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from node.client.http import complete, http_json
-from node.lab.config import LAB_PAIR, NetDemoConfig
+from node.client.http import http_json
+from node.lab.config import NetDemoConfig
 from node.lab.procs import (
     STARTUP_TIMEOUT_S,
     NodeProcess,
     ProcessFailed,
     ProcessGroup,
+    core_split,
     spawn,
     start_drafter,
     start_target,
     wait_for_drafters,
 )
-from node.lab.workload import MODES
+from node.lab.workload import MODES, ask, prompt_ids
+from node.pairs import get_pair
 from node.runtime import sigterm_unwinds
 
 log = logging.getLogger(__name__)
@@ -59,11 +61,15 @@ def step(message: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def _ask(http: str, cfg: NetDemoConfig, prompt: str, seed: int, max_tokens: int | None = None) -> dict:
+    """One answer at the demo's temperature: a chat completion on a chat pair, else a completion."""
+    tokens = max_tokens or cfg.max_tokens
+    return ask(http, prompt, cfg.workload.chat, seed=seed, max_tokens=tokens, temperature=DEMO_TEMPERATURE)
+
+
 def _ask_all(http: str, cfg: NetDemoConfig, label: str) -> list[dict]:
-    return [
-        complete(http, prompt, seed=seed, max_tokens=cfg.max_tokens, temperature=DEMO_TEMPERATURE)
-        for seed, prompt in enumerate(tqdm(cfg.prompts, desc=label, unit="prompt", file=sys.stderr))
-    ]
+    prompts = tqdm(cfg.prompts, desc=label, unit="prompt", file=sys.stderr)
+    return [_ask(http, cfg, prompt, seed) for seed, prompt in enumerate(prompts)]
 
 
 def _mode_row(answers: list[dict]) -> dict:
@@ -127,7 +133,7 @@ def _drafter_rows(http: str, drafters: dict[str, str], credits: dict[str, int]) 
     return rows
 
 
-def _referee_starters(work: Path, chain_args: list[str]) -> list[partial]:
+def _referee_starters(work: Path, chain_args: list[str], pair: str) -> list[partial]:
     """One `specmarket referee` process per key of a quorum (anvil dev referees; threshold of them),
     sharing one verdict pool: a challenge resolves only when enough of them have signed."""
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_REFEREES, dev_key
@@ -140,7 +146,7 @@ def _referee_starters(work: Path, chain_args: list[str]) -> list[partial]:
         args = [
             "referee",
             "--pair",
-            LAB_PAIR,
+            pair,
             *chain_args_for_cli(chain_args),
             "--key-file",
             str(key_file),
@@ -152,14 +158,15 @@ def _referee_starters(work: Path, chain_args: list[str]) -> list[partial]:
     return starters
 
 
-def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> dict:
+def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair: str) -> dict:
     """Four bonded targets (speculating, plain, and a cheating one of each) and a quorum of referee
     processes, then the drafter peers: the four of the market, and one honest peer for the
     speculating cheat. Returns the targets' HTTP URLs, the drafters' multiaddrs and the referee
     processes."""
-    target = partial(start_target, work, *chain_args, "--gamma", str(DEMO_GAMMA))
+    target_cpus, drafter_cpus = core_split()
+    target = partial(start_target, work, *chain_args, "--gamma", str(DEMO_GAMMA), pair=pair, cpus=target_cpus)
     cheat = ("--cheat", CHEAT)
-    referees = _referee_starters(work, chain_args)
+    referees = _referee_starters(work, chain_args, pair)
     step(f"starting 4 bonded targets and {len(referees)} referee processes (each loads its models: about a minute)")
     spec, plain, cheat_spec, cheat_plain, *referee_nodes = group.start_all(
         [
@@ -172,11 +179,12 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> di
     )
     names = [f"drafter{i}-{strategy}" for i, strategy in enumerate(DEMO_DRAFTERS)]
     bootstrap = spec.lines["multiaddr"][0]
+    drafter = partial(start_drafter, work, pair=pair, cpus=drafter_cpus)
     starters = [
-        partial(start_drafter, work, bootstrap, s, n, "--seed", str(i))
+        partial(drafter, bootstrap, s, n, "--seed", str(i))
         for i, (s, n) in enumerate(zip(DEMO_DRAFTERS, names, strict=True))
     ]
-    starters.append(partial(start_drafter, work, cheat_spec.lines["multiaddr"][0], "honest", "drafter-for-cheat"))
+    starters.append(partial(drafter, cheat_spec.lines["multiaddr"][0], "honest", "drafter-for-cheat"))
     step(f"starting {len(starters)} drafter peers")
     drafters = group.start_all(starters)
     wait_for_drafters(spec.lines["http"][0], len(DEMO_DRAFTERS), DRAFTERS_TIMEOUT_S)
@@ -192,15 +200,15 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str]) -> di
     }
 
 
-def _warm_up(urls: dict) -> None:
+def _warm_up(urls: dict, cfg: NetDemoConfig) -> None:
     """One short request per serving target, not counted: the first job of a target opens its drafter
     sessions and fills its caches (the report says so)."""
     for key in ("spec", "plain"):
-        complete(urls[key], WARM_UP_PROMPT, seed=WARM_UP_SEED, max_tokens=WARM_UP_TOKENS, temperature=DEMO_TEMPERATURE)
+        _ask(urls[key], cfg, WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS)
 
 
 def _serve_and_compare(urls: dict, cfg: NetDemoConfig) -> dict:
-    _warm_up(urls)
+    _warm_up(urls, cfg)
     with_spec = _ask_all(urls["spec"], cfg, "with speculation")
     without = _ask_all(urls["plain"], cfg, "without speculation")
     credits: dict[str, int] = {}
@@ -257,13 +265,15 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig, referees: li
     from node.chain.deployment import DEV_CHALLENGER, DEV_TREASURY, dev_address, dev_key
     from node.chain.receipts import SignedReceipt
     from node.lab.trust import resolution
-    from node.models import TINY_TARGET, model_hash
+    from node.models import model_hash
 
-    answer = complete(http, cfg.prompts[0], seed=0, max_tokens=cfg.max_tokens, temperature=DEMO_TEMPERATURE)
+    answer = _ask(http, cfg, cfg.prompts[0], seed=0)
     signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
     operator = signed.receipt.operator
     bond_before = client.operator_info(operator).bond
-    report = challenge_receipt(client, dev_key(DEV_CHALLENGER), model, model_hash(TINY_TARGET), signed)
+    report = challenge_receipt(
+        client, dev_key(DEV_CHALLENGER), model, model_hash(get_pair(cfg.pair).target_dir()), signed
+    )
     cid = report.challenge_id
     step(f"cheating operator {operator}: first wrong token at {report.audit.first_wrong}; challenge {cid} opened")
     status = client.wait_closed(cid, VERDICT_TIMEOUT_S)  # the referee processes resolve it
@@ -317,17 +327,19 @@ def _measure_offchain(result: dict, pair, cfg: NetDemoConfig) -> None:
         episode["quiet_audit_first_wrong"] = audit["first_wrong"][0]
     result["target_flops_per_position"] = forward_flops_per_position(model)
     step(f"forgery row: {cfg.forgery_samples} seeds per rule")
-    prompt = tokenizer.encode(cfg.prompts[0])
+    prompts = [prompt_ids(tokenizer, p, cfg.workload.chat) for p in cfg.prompts]
+    prompt = prompts[0]
     params = SamplingParams(temperature=DEMO_TEMPERATURE)
     result["forgery"] = measure_forgery(model, tokenizer, prompt, params, cfg.forgery_samples).to_dict()
     step("in-process drafter at γ = 1, 2, 4, 8 (measured points for S against γ)")
-    result["local_sweep"] = local_sweep(pair, cfg.prompts, cfg.max_tokens, DEMO_TEMPERATURE)
+    result["local_sweep"] = local_sweep(pair, prompts, cfg.max_tokens, DEMO_TEMPERATURE)
 
 
 def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     from node.chain.anvil import AnvilProcess, free_port
     from node.chain.client import BondClient, connect, deploy
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
+    from node.kernels import DEFAULT_KERNEL
     from node.models import load_pair
     from node.runtime import freeze_startup_heap
 
@@ -339,9 +351,10 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
         deployment.save(work / "deployments")
         client = BondClient(w3, deployment.address)
         step(f"anvil at {anvil.url}; SpecmarketBond at {deployment.address} (gas {tx.gas_used})")
-        urls = _start_parties(group, work, ["--chain", anvil.url, "--deployments", str(work / "deployments")])
+        urls = _start_parties(group, work, ["--chain", anvil.url, "--deployments", str(work / "deployments")], cfg.pair)
         result = _serve_and_compare(urls, cfg)
-        pair = load_pair()
+        named = get_pair(cfg.pair)
+        pair = load_pair(named.target_dir(), named.draft_dir(), DEFAULT_KERNEL)  # the kernel the targets serve with
         freeze_startup_heap()  # no ~0.5 s collections of torch's heap inside the timed re-executions and sweep
         step("cheating-operator episodes (with and without speculation)")
         result["cheating"] = {"episodes": _cheating_episodes(urls, client, pair.target, cfg)}
@@ -355,6 +368,10 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     return result
 
 
+def _cores(cores: frozenset[int] | None) -> list[int] | str:
+    return sorted(cores) if cores is not None else "unpinned"
+
+
 def run_demo_net(cfg: NetDemoConfig) -> int:
     from node.lab.report import print_summary, run_ok, write_report
 
@@ -364,6 +381,9 @@ def run_demo_net(cfg: NetDemoConfig) -> int:
         result = _run(cfg, Path(tmp), group)
     result["setup"] = {
         "mode": "quick" if cfg.quick else "full",
+        "pair": cfg.pair,
+        "chat": cfg.workload.chat,
+        "cores": {"targets": _cores(core_split()[0]), "drafters": _cores(core_split()[1])},
         "prompts": list(cfg.prompts),
         "max_tokens": cfg.max_tokens,
         "temperature": DEMO_TEMPERATURE,

@@ -1,4 +1,4 @@
-"""Measured points for the report's S-against-γ plot: the shipped pair decoded in this process, plain
+"""Measured points for the report's S-against-γ plot: the demo's pair decoded in this process, plain
 and with the local (honest, in-process) drafter at several γ, on the demo's prompts and seeds.
 
 In-process drafting has no network round trip, so these points show the same pair with a smaller
@@ -13,8 +13,7 @@ from dataclasses import replace
 
 import torch
 
-from node.decoding import GenerateConfig, encode_prompt, run_decode
-from node.lab.config import LAB_PAIR
+from node.decoding import GenerateConfig, run_decode
 from node.models import ModelPair
 from verifier.decode import DecodeResult
 from verifier.errors import InvalidParams
@@ -26,19 +25,18 @@ SWEEP_REPEATS = 3  # interleaved; the fastest of each is kept (timeit's rule: sl
 SWEEP_THREADS = 1  # as the target processes run (procs.CHILD_ENV): the same cost model on both sides
 
 
-def _decode(pair: ModelPair, cfg: GenerateConfig) -> tuple[DecodeResult, float]:
+def _decode(pair: ModelPair, cfg: GenerateConfig, prompt_ids: list[int]) -> tuple[DecodeResult, float]:
     """One timed generation from fresh caches (as `generate`, keeping the per-round stats)."""
     pair.target.reset()
     if pair.draft is not None:
         pair.draft.reset()
-    prompt_ids = encode_prompt(pair.tokenizer, cfg.prompt)
     started = time.perf_counter()
     result = run_decode(pair, cfg, prompt_ids)
     return result, time.perf_counter() - started
 
 
-def _run(pair: ModelPair, base: GenerateConfig, prompts: Sequence[str], **changes) -> dict:
-    runs = [_decode(pair, replace(base, prompt=p, seed=i, **changes)) for i, p in enumerate(prompts)]
+def _run(pair: ModelPair, base: GenerateConfig, prompts: Sequence[list[int]], **changes) -> dict:
+    runs = [_decode(pair, replace(base, seed=i, **changes), ids) for i, ids in enumerate(prompts)]
     return {
         "tokens": sum(len(r.tokens) for r, _ in runs),
         "wall_seconds": sum(wall for _, wall in runs),
@@ -62,14 +60,19 @@ def _configs(gammas: Sequence[int]) -> dict[int, dict]:
 
 
 def local_sweep(
-    pair: ModelPair, prompts: Sequence[str], max_tokens: int, temperature: float, gammas: Sequence[int] = SWEEP_GAMMAS
+    pair: ModelPair,
+    prompts: Sequence[list[int]],
+    max_tokens: int,
+    temperature: float,
+    gammas: Sequence[int] = SWEEP_GAMMAS,
 ) -> list[dict]:
-    """One {gamma, alpha, omega, speedup, identical, tokens_per_round} point per γ; the speed-up is
-    against plain decoding, each configuration timed SWEEP_REPEATS times interleaved, best run kept."""
+    """One {gamma, alpha, omega, speedup, identical, tokens_per_round} point per γ, on prompt token
+    ids; the speed-up is against plain decoding, each configuration timed SWEEP_REPEATS times
+    interleaved, best run kept."""
     threads = torch.get_num_threads()
     torch.set_num_threads(SWEEP_THREADS)
     params = SamplingParams(temperature=temperature)
-    base = GenerateConfig(prompt="", max_new_tokens=max_tokens, params=params, pair=LAB_PAIR)
+    base = GenerateConfig(prompt="", max_new_tokens=max_tokens, params=params)  # the pair is given, loaded
     best: dict[int, dict] = {}
     try:
         for _ in range(SWEEP_REPEATS):

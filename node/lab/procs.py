@@ -18,10 +18,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from node.client.http import http_json
-from node.lab.config import LAB_PAIR
+from node.pairs import DEFAULT_PAIR
 from verifier.errors import SpecmarketError
 
 STARTUP_TIMEOUT_S = 120.0  # importing torch and loading models on a busy 2-core machine
@@ -103,12 +104,20 @@ def spawn(
     expect: tuple[str, ...],
     timeout_s: float = STARTUP_TIMEOUT_S,
     group: ProcessGroup | None = None,
+    cpus: frozenset[int] | None = None,
 ) -> NodeProcess:
     """Start ``specmarket *args`` and wait until it has printed every key in ``expect``. With a
-    ``group``, the child joins it as soon as it exists, so an interrupted start-up leaves no orphan."""
+    ``group``, the child joins it as soon as it exists, so an interrupted start-up leaves no orphan.
+    With ``cpus``, the child runs on those cores only (``sched_setaffinity``, before it starts)."""
+    pin = None if cpus is None else partial(os.sched_setaffinity, 0, cpus)
     with log_path.open("w") as log:
         proc = subprocess.Popen(
-            [*SPECMARKET, *args], stdout=subprocess.PIPE, stderr=log, text=True, env={**os.environ, **CHILD_ENV}
+            [*SPECMARKET, *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, **CHILD_ENV},
+            preexec_fn=pin,
         )
     node = NodeProcess(proc, log_path)
     if group is not None:
@@ -123,10 +132,15 @@ def spawn(
 
 
 def start_target(
-    workdir: Path, *extra: str, name: str = "target", group: ProcessGroup | None = None, pair: str = LAB_PAIR
+    workdir: Path,
+    *extra: str,
+    name: str = "target",
+    group: ProcessGroup | None = None,
+    pair: str = DEFAULT_PAIR,
+    cpus: frozenset[int] | None = None,
 ) -> NodeProcess:
     args = ["target", "--pair", pair, "--http", "127.0.0.1:0", "--data-dir", str(workdir / name), *extra]
-    return spawn(args, workdir / f"{name}.log", ("multiaddr", "http"), group=group)
+    return spawn(args, workdir / f"{name}.log", ("multiaddr", "http"), group=group, cpus=cpus)
 
 
 def start_drafter(
@@ -136,11 +150,22 @@ def start_drafter(
     name: str,
     *extra: str,
     group: ProcessGroup | None = None,
-    pair: str = LAB_PAIR,
+    pair: str = DEFAULT_PAIR,
+    cpus: frozenset[int] | None = None,
 ) -> NodeProcess:
     args = ["drafter", "--pair", pair, "--bootstrap", bootstrap, "--strategy", strategy]
     args += ["--data-dir", str(workdir / name), *extra]
-    return spawn(args, workdir / f"{name}.log", ("registered",), group=group)
+    return spawn(args, workdir / f"{name}.log", ("registered",), group=group, cpus=cpus)
+
+
+def core_split() -> tuple[frozenset[int] | None, frozenset[int] | None]:
+    """(the targets' cores, the drafters' cores): the first core this process may use for the
+    targets, the others for the drafter peers, so that drafting is really offloaded; (None, None)
+    on a single core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None, None
+    return frozenset(cores[:1]), frozenset(cores[1:])
 
 
 def wait_for_drafters(http: str, n: int, timeout_s: float = DRAFTERS_TIMEOUT_S) -> dict:

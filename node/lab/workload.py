@@ -1,9 +1,11 @@
-"""The lab's workload, written once: the prompt sets the demos and benchmarks send, and the names
-of the modes they compare."""
+"""The lab's workload, written once: the prompt sets the demos and benchmarks send for each model
+pair, how a prompt becomes token ids, and the names of the modes they compare."""
 
 from __future__ import annotations
 
-# Python prompts for the shipped pair (trained on the standard library)
+from dataclasses import dataclass
+
+# Python prompts for the tiny pair (trained on the standard library; no notion of a chat)
 CODE_PROMPTS = (
     "import os\nimport sys\n\n\ndef main(",
     "class Stack:\n    def __init__(self):\n        ",
@@ -16,9 +18,55 @@ CODE_PROMPTS = (
 )
 PARSE_ARGS_PROMPT = "def parse_args(argv):\n    parser = argparse."
 
-BENCH_PROMPTS = CODE_PROMPTS  # bench-local and bench-p2p
-LOCAL_DEMO_PROMPTS = CODE_PROMPTS[:3]  # specmarket demo
-NET_DEMO_PROMPTS = (*CODE_PROMPTS[:3], PARSE_ARGS_PROMPT)  # specmarket demo-net / make demo
+# user messages for SmolLM2-135M-Instruct, chat and code alike. None is a training prompt of its
+# draft, nor on a training topic (node/training/teacher.py): acceptance on them is held-out.
+CHAT_PROMPTS = (
+    "Why do leaves change colour in autumn?",
+    "Write a Python function that returns the largest element of a list.",
+    "Give me three tips for writing a clear email.",
+    "Explain what a linked list is.",
+    "Why does ice float on water?",
+    "Write a Python function that counts the words in a sentence.",
+    "How does a refrigerator keep food cold?",
+    "What makes a good cup of tea?",
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    chat: bool  # prompts are user messages sent through the target's chat template
+    bench: tuple[str, ...]  # bench-local and bench-p2p
+    local_demo: tuple[str, ...]  # specmarket demo
+    net_demo: tuple[str, ...]  # specmarket demo-net / make demo
+
+
+WORKLOADS = {
+    "smollm2": Workload(chat=True, bench=CHAT_PROMPTS, local_demo=CHAT_PROMPTS[:3], net_demo=CHAT_PROMPTS[:4]),
+    "tiny": Workload(
+        chat=False, bench=CODE_PROMPTS, local_demo=CODE_PROMPTS[:3], net_demo=(*CODE_PROMPTS[:3], PARSE_ARGS_PROMPT)
+    ),
+}
+
+
+def prompt_ids(tokenizer, text: str, chat: bool) -> list[int]:
+    """A prompt's token ids as the target serves it: through the chat template for a chat workload
+    (what ``/v1/chat/completions`` conditions on), else as a completion (``encode_prompt``)."""
+    from node.decoding import encode_prompt
+    from node.target.chat import chat_prompt
+
+    if chat:
+        return list(chat_prompt(tokenizer, [{"role": "user", "content": text}]))
+    return encode_prompt(tokenizer, text)
+
+
+def ask(http: str, text: str, chat: bool, **kw) -> dict:
+    """One non-streaming answer from a target's HTTP API: a chat completion or a completion."""
+    from node.client.http import chat_complete, complete
+
+    if chat:
+        return chat_complete(http, [{"role": "user", "content": text}], **kw)
+    return complete(http, text, **kw)
+
 
 # the networked demo's two serving modes (a speculating and a plain bonded target)
 WITH_SPECULATION, WITHOUT_SPECULATION = "with_speculation", "without_speculation"
