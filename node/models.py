@@ -119,12 +119,12 @@ def load_pair(
     target_dir: Path | str = TINY_TARGET, draft_dir: Path | str | None = TINY_DRAFT, kernel: str = "plain"
 ) -> ModelPair:
     """Load a target (and optionally a draft); a vocabulary mismatch is a ModelMismatch error.
-    ``kernel`` is the target's linear-layer kernel (node.kernels)."""
+    ``kernel`` is the linear-layer kernel of both (node.kernels)."""
     target, tokenizer = load_model_dir(target_dir, "target", kernel)
     fingerprint = tokenizer_fingerprint(tokenizer)
     draft = None
     if draft_dir is not None:
-        draft, draft_tokenizer = load_model_dir(draft_dir, "draft")
+        draft, draft_tokenizer = load_model_dir(draft_dir, "draft", kernel)
         draft_fp = tokenizer_fingerprint(draft_tokenizer)
         if draft.vocab_size != target.vocab_size or draft_fp != fingerprint:
             raise ModelMismatch(

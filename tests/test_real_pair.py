@@ -132,15 +132,18 @@ def test_a_chat_answer_ends_at_the_end_of_the_turn(real_pair):
     assert longer.finish_reason == "length" and longer.tokens[: len(chat.tokens)] == chat.tokens
 
 
-def test_the_lean_forward_computes_the_hf_forward_on_the_real_target(real_pair):
-    """The served kernel (the lean forward on the skinny kernel) against HF's own forward on torch's
-    kernel: prefill, one-position and verification-width passes, a rollback, far inside the band."""
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_the_lean_forward_computes_the_hf_forward_on_the_real_pair(real_pair, role):
+    """The served kernel (the lean forward on the skinny kernel; the draft's sub-vocabulary head too)
+    against HF's own forward on torch's kernel: prefill, one-position and verification-width passes,
+    a rollback, far inside the band."""
     from node.models import load_model_dir
     from node.pairs import get_pair
 
-    assert real_pair.target.kernel == "skinny"
-    hf, _ = load_model_dir(get_pair("smollm2").target_dir(), "target", "plain")
-    lean = real_pair.target.fork()
+    named = get_pair("smollm2")
+    lean = getattr(real_pair, role).fork()
+    assert lean.kernel == "skinny"
+    hf, _ = load_model_dir(named.target_dir() if role == "target" else named.draft_dir(), role, "plain")
     ids = chat_ids(real_pair.tokenizer, CODE[0])
     worst = 0.0
     for step in (ids, [1, 2, 3, 4, 5], [6], ("rollback", 3), [7, 8]):
@@ -150,7 +153,7 @@ def test_the_lean_forward_computes_the_hf_forward_on_the_real_target(real_pair):
         want, got = hf.extend(step), lean.extend(step)  # [len(step), V]
         assert (want.argmax(axis=1) == got.argmax(axis=1)).all()
         worst = max(worst, float(np.abs(want - got).max()))
-    print(f"lean vs HF forward on the real target: max |logit difference| {worst:.2e}")
+    print(f"lean vs HF forward on the real {role}: max |logit difference| {worst:.2e}")
     assert worst < TOLERANCE_DELTA / 4
 
 
