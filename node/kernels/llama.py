@@ -42,12 +42,23 @@ def is_lean_capable(model) -> bool:
     )
 
 
+class _RMSNorm:
+    """HF's ``LlamaRMSNorm`` as one fused op (``F.rms_norm``: x · rsqrt(mean(x²) + ε) · w)."""
+
+    def __init__(self, norm) -> None:
+        self.weight, self.eps = norm.weight, norm.variance_epsilon
+        self.shape = (norm.weight.shape[0],)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.rms_norm(x, self.shape, self.weight, self.eps)
+
+
 class _Layer:
     """One decoder layer's weights, with the fused products."""
 
     def __init__(self, layer, lib: ctypes.CDLL) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.input_norm, self.post_norm = _RMSNorm(layer.input_layernorm), _RMSNorm(layer.post_attention_layernorm)
         self.qkv = SkinnyLinear.fused([attn.q_proj, attn.k_proj, attn.v_proj], lib)
         self.o = SkinnyLinear(attn.o_proj, lib)
         self.gate_up = SkinnyLinear.fused([mlp.gate_proj, mlp.up_proj], lib)
@@ -65,7 +76,7 @@ class LeanWeights:
         self.scale = model.model.layers[0].self_attn.scaling
         self.embed = model.model.embed_tokens
         self.layers = [_Layer(layer, lib) for layer in model.model.layers]
-        self.norm = model.model.norm
+        self.norm = _RMSNorm(model.model.norm)
         self.head = _head(model.lm_head, lib)
         self._rotary = model.model.rotary_emb
         self._cos = self._sin = torch.empty(0, self.head_dim)
@@ -171,9 +182,9 @@ class LeanLlamaLM(HFCausalLM):
     def _attention(self, i, layer, x, cos, sin, start, stop, mask) -> torch.Tensor:  # x [M, d] -> [M, d]
         w, rows = self.weights, stop - start
         q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
-        q, k, v = layer.qkv(x).split((q_size, kv_size, kv_size), dim=-1)
-        q = _rotate(q.view(rows, w.heads, w.head_dim).transpose(0, 1), cos, sin)  # [H, M, hd]
-        k = _rotate(k.view(rows, w.kv_heads, w.head_dim).transpose(0, 1), cos, sin)  # [KV, M, hd]
+        qk, v = layer.qkv(x).split((q_size + kv_size, kv_size), dim=-1)
+        qk = _rotate(qk.view(rows, w.heads + w.kv_heads, w.head_dim).transpose(0, 1), cos, sin)  # q and k at once
+        q, k = qk[: w.heads], qk[w.heads :]  # [H, M, hd], [KV, M, hd]
         self._keys[i][:, start:stop] = k
         self._values[i][:, start:stop] = v.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
         out = torch.nn.functional.scaled_dot_product_attention(
