@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from node.kernels import DEFAULT_KERNEL
 from node.subvocab import DRAFT_RECORD, DRAFT_WEIGHTS, EMBED_KEY
 from node.training.distill import load_labels, teacher_records
 from node.training.distill_config import DistillConfig
@@ -25,6 +26,7 @@ GUMBEL_BAR = 0.5
 SPEED_BAR_MS = 3.0
 SPEED_PREFIX = 64
 SPEED_TOKENS = 40
+MS_KERNELS = (DEFAULT_KERNEL, "plain")  # the drafter's kernel, and torch's for comparison
 
 
 def coupled_tokens(logits: np.ndarray, seed: int, k0: int, temperature: float) -> np.ndarray:
@@ -78,11 +80,12 @@ def evaluate(cfg: DistillConfig, draft) -> dict:
     }
 
 
-def draft_ms_per_token(draft) -> float:
-    """Median time of one drafted token (one position with a KV cache) on the current threads."""
-    from node.models import HFCausalLM
+def draft_ms_per_token(draft, kernel: str) -> float:
+    """Median time of one drafted token (one position with a KV cache) on the current threads, with
+    the linear-layer kernel ``kernel`` (node.kernels; a drafter peer serves with DEFAULT_KERNEL)."""
+    from node.kernels import load_kernel
 
-    model = HFCausalLM(draft, "draft")
+    model = load_kernel(draft, "draft", kernel)
     model.extend(list(range(100, 100 + SPEED_PREFIX)))
     times = []
     for i in range(SPEED_TOKENS):
@@ -126,7 +129,7 @@ def ship(cfg: DistillConfig) -> dict:
     draft, _, step, sub_ids = restore(cfg, labels)
     draft.eval()
     results = evaluate(cfg, draft)
-    ms = draft_ms_per_token(draft)
+    ms = {kernel: draft_ms_per_token(draft, kernel) for kernel in MS_KERNELS}
     tmp = cfg.out_dir.with_name(cfg.out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -145,7 +148,8 @@ def ship(cfg: DistillConfig) -> dict:
             "shipped_parameters": trainable,
             "stored_dtype": "float16",
             "embedding": "the target's (not shipped)",
-            "ms_per_token_one_thread": ms,
+            "ms_per_token_one_thread": ms[DEFAULT_KERNEL],
+            "ms_per_token_one_thread_by_kernel": ms,
         },
         "training": {"steps": step, "lr": cfg.lr, "batch_sequences": cfg.batch_sequences, **_data_summary(cfg, labels)},
         "heldout": results,
