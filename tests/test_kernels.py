@@ -150,3 +150,22 @@ def test_lean_forward_past_the_context_window_reverts(small_llama):
     with pytest.raises(ContextTooLong, match="context window of 600"):
         lean.extend([1, 2, 3])
     assert len(lean.cached()) == 598  # nothing half-applied
+
+
+def test_lean_forks_in_parallel_threads_match_one_at_a_time_succeeds(small_llama):
+    """Jobs run in worker threads on shared weights: the rotary tables grow under them, their
+    caches stay their own, and each gets what it would get alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lean = load_kernel(small_llama, "llama", "skinny")
+    prompts = [list(np.random.default_rng(i).integers(300, size=280 + 40 * i)) for i in range(4)]
+
+    def run(ids: list[int]) -> np.ndarray:
+        model = lean.fork()
+        model.extend(ids[:200])
+        return np.concatenate([model.extend([t]) for t in ids[200:]])
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(run, prompts))
+    alone = [run(ids) for ids in prompts]
+    assert all(np.array_equal(a, b) for a, b in zip(alone, together, strict=True))

@@ -79,15 +79,18 @@ class LeanWeights:
         self.norm = _RMSNorm(model.model.norm)
         self.head = _head(model.lm_head, lib)
         self._rotary = model.model.rotary_emb
-        self._cos = self._sin = torch.empty(0, self.head_dim)
+        # (cos, sin), each [positions, head_dim]: one reference, replaced whole, so that jobs in other
+        # worker threads always read a matching pair
+        self._tables = (torch.empty(0, self.head_dim), torch.empty(0, self.head_dim))
 
     def rotary(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:  # each [stop - start, head_dim]
-        if stop > self._cos.shape[0]:
-            size = max(stop, 2 * self._cos.shape[0], INITIAL_CAPACITY)
+        cos, sin = self._tables
+        if stop > cos.shape[0]:
+            size = max(stop, 2 * cos.shape[0], INITIAL_CAPACITY)
             positions = torch.arange(size).unsqueeze(0)
-            cos, sin = self._rotary(torch.empty(1, dtype=torch.float32), positions)
-            self._cos, self._sin = cos[0], sin[0]
-        return self._cos[start:stop], self._sin[start:stop]
+            cos, sin = (t[0] for t in self._rotary(torch.empty(1, dtype=torch.float32), positions))
+            self._tables = (cos, sin)
+        return cos[start:stop], sin[start:stop]
 
 
 class _SubVocabHead:
