@@ -50,6 +50,62 @@ def test_skinny_rows_do_not_depend_on_the_pass_width_succeeds(n, k):
     assert torch.equal(alone, together)
 
 
+@pytest.mark.parametrize("n,k", [(5, 8), (576, 576), (4099, 64)])
+def test_skinny_float16_weights_give_the_fp32_kernels_bits_succeeds(n, k):
+    """A matrix of exact float16 values is packed as float16 (half the bytes) and every row of every
+    width is bit-identical to the fp32-packed kernel on the same values."""
+    torch.manual_seed(n)
+    linear = torch.nn.Linear(k, n, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(linear.weight.half().float())
+    half = SkinnyLinear(linear, library())
+    assert half.half and half.packed.dtype == torch.float16
+    with torch.no_grad():
+        linear.weight[0, 0] += 1e-7  # one weight no longer exact in float16: fp32 packing
+    full = SkinnyLinear(linear, library())
+    assert not full.half and full.packed.dtype == torch.float32
+    with torch.no_grad():
+        linear.weight[0, 0] -= 1e-7
+        full.packed.copy_(half.packed.float())  # the fp32 kernel on exactly the same values
+    x = torch.randn(SKINNY_MAX_ROWS, k)
+    with torch.inference_mode():
+        for width in (1, 2, 3, 4, 5, SKINNY_MAX_ROWS):
+            assert torch.equal(half(x[:width]), full(x[:width]))
+        assert float((half(x) - linear(x)).abs().max()) < ATOL * max(1.0, k**0.5 / 8)
+
+
+def test_rms_norm_matches_torch_and_rows_do_not_depend_on_the_pass_width_succeeds():
+    from node.kernels.llama import _RMSNorm
+
+    torch.manual_seed(4)
+    norm = torch.nn.RMSNorm(576, eps=1e-5)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+    norm.variance_epsilon = norm.eps
+    ours = _RMSNorm(norm, library())
+    x = 3 * torch.randn(SKINNY_MAX_ROWS, 576)
+    with torch.inference_mode():
+        want = torch.nn.functional.rms_norm(x, (576,), norm.weight, norm.eps)
+        got = ours(x)
+        assert float((got - want).abs().max()) < 1e-5
+        assert torch.equal(torch.cat([ours(x[i : i + 1]) for i in range(SKINNY_MAX_ROWS)]), got)
+
+
+def test_rope_is_bit_identical_to_torchs_rotate_half_succeeds():
+    """The in-place kernel on the fused q|k rows equals HF's x·cos + rotate_half(x)·sin exactly."""
+    rows, heads, head_dim, v_width = 5, 12, 64, 192
+    torch.manual_seed(5)
+    qkv = torch.randn(rows, heads * head_dim + v_width)
+    cos, sin = torch.randn(rows, head_dim), torch.randn(rows, head_dim)
+    x = qkv[:, : heads * head_dim].reshape(rows, heads, head_dim).transpose(0, 1)  # [heads, M, hd]
+    half = head_dim // 2
+    want = x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    untouched = qkv[:, heads * head_dim :].clone()
+    library().skinny_rope(qkv.data_ptr(), qkv.stride(0), rows, heads, head_dim, cos.data_ptr(), sin.data_ptr())
+    assert torch.equal(qkv[:, : heads * head_dim].reshape(rows, heads, head_dim).transpose(0, 1), want)
+    assert torch.equal(qkv[:, heads * head_dim :], untouched)  # v is not rotated
+
+
 def test_skinny_wider_than_a_verification_pass_uses_torch_succeeds():
     linear, skinny = _skinny(64, 32, seed=3)
     x = torch.randn(SKINNY_MAX_ROWS + 1, 32)
@@ -131,6 +187,23 @@ def test_lean_forward_computes_the_hf_forward_succeeds(small_llama):
             assert float(np.abs(want - got).max()) < 1e-4, f"step of {len(step)} at {len(hf.cached())}"
         assert list(lean.cached()) == list(hf.cached())
     assert len(lean.cached()) > INITIAL_CAPACITY
+
+
+def test_lean_forward_rows_do_not_depend_on_the_pass_width_succeeds(small_llama):
+    """Every step of the lean forward works row by row in a fixed order (products, norms, RoPE,
+    attention), so a verification pass of any width returns, bit for bit, the logits that one-row
+    passes would: the target's scores do not depend on how many draft tokens it verifies."""
+    lean = load_kernel(small_llama, "llama", "skinny")
+    rng = np.random.default_rng(2)
+    prefix, block = list(rng.integers(300, size=30)), list(rng.integers(300, size=SKINNY_MAX_ROWS))
+    one_by_one = lean.fork()
+    one_by_one.extend(prefix)
+    alone = np.concatenate([one_by_one.extend([t]) for t in block])
+    for width in (2, 5, SKINNY_MAX_ROWS):
+        wide = lean.fork()
+        wide.extend(prefix)
+        got = np.concatenate([wide.extend(block[i : i + width]) for i in range(0, len(block), width)])
+        assert np.array_equal(got, alone), f"width {width}"
 
 
 def test_lean_forks_share_weights_not_caches_succeeds(small_llama):

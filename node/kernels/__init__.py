@@ -2,10 +2,12 @@
 
 - ``plain``: the model's ``nn.Linear`` as loaded (torch's BLAS, MKL on x86).
 - ``prepacked``: oneDNN's prepacked fp32 weights (``torch.utils.mkldnn.MkldnnLinear``).
-- ``skinny``: our small-M fp32 kernel (``skinny_gemm.c``, AVX2 + FMA, one thread), compiled with the
+- ``skinny``: our small-M fp32 kernel (``skinny_gemm.c``, AVX2 + FMA + F16C, one thread), compiled with the
   system C compiler on first use into ``.cache/kernels``. Each weight is read once per pass for any
   number of rows up to ``SKINNY_MAX_ROWS``, and a row's result does not depend on how many rows
-  the pass has. Wider passes (a prompt's prefill) use torch's kernel.
+  the pass has. Wider passes (a prompt's prefill) use torch's kernel. A matrix whose every weight
+  is exactly a float16 value (the shipped SmolLM2 draft) is packed as float16 and widened in
+  registers: the same products, bit for bit, for half the bytes read.
 
 Every kernel is fp32: logits differ between kernels and pass shapes only by summation order, well
 inside the tolerance band (docs/design.md §4); ``bench-target`` measures both the drift and the
@@ -32,8 +34,10 @@ KERNELS = ("skinny", "plain", "prepacked")
 DEFAULT_KERNEL = "skinny"
 SOURCE = Path(__file__).with_name("skinny_gemm.c")
 BUILD_DIR = CACHE_DIR / "kernels"
-CFLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared", "-std=c11")  # no -ffast-math: the order is the contract
-REQUIRED_CPU_FLAGS = ("avx2", "fma")
+# no -ffast-math, and -std=c11 keeps FMA contraction off: the order of operations is the contract
+CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-std=c11")
+LIBS = ("-lm",)
+REQUIRED_CPU_FLAGS = ("avx2", "fma", "f16c")
 LANES = 8  # floats per AVX2 register: the kernel needs K to be a multiple
 SKINNY_MAX_ROWS = MAX_GAMMA + 1  # the widest verification pass; wider inputs use torch's kernel
 COMPILE_TIMEOUT_S = 120
@@ -42,7 +46,7 @@ _library: ctypes.CDLL | None = None
 
 
 class KernelUnavailable(SpecmarketError):
-    """The skinny kernel cannot run here (no C compiler, no AVX2/FMA, or a failed build)."""
+    """The skinny kernel cannot run here (no C compiler, no AVX2/FMA/F16C, or a failed build)."""
 
 
 def _cpu_flags() -> set[str]:
@@ -62,7 +66,7 @@ def _build(out: Path) -> None:
         raise KernelUnavailable("no C compiler (cc or gcc) on PATH to build the skinny kernel")
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(f".{os.getpid()}.partial")
-    cmd = [compiler, *CFLAGS, "-o", str(partial), str(SOURCE)]
+    cmd = [compiler, *CFLAGS, "-o", str(partial), str(SOURCE), *LIBS]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -87,7 +91,16 @@ def library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.skinny_pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     lib.skinny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
+    lib.skinny_gemm_f16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_rows_per_block.restype = ctypes.c_int
+    lib.skinny_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
+    lib.skinny_rope.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 4 + [ctypes.c_void_p] * 2
+    lib.skinny_attention.argtypes = (
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        + [ctypes.c_int] * 5
+        + [ctypes.c_float, ctypes.c_void_p]
+    )
+    lib.skinny_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
     _library = lib
     return lib
 

@@ -9,13 +9,18 @@ import torch
 from node.kernels import LANES, SKINNY_MAX_ROWS
 
 
+def is_exact_in_float16(weight: torch.Tensor) -> bool:
+    """Whether every value of ``weight`` (fp32) survives a round trip through float16 unchanged."""
+    return weight.dtype == torch.float32 and torch.equal(weight.half().float(), weight)
+
+
 class SkinnyLinear(torch.nn.Module):
     """``nn.Linear`` without bias whose passes of up to SKINNY_MAX_ROWS rows run the skinny kernel.
 
     ``fused`` builds one over several linears with the same input (q, k and v; gate and up): one
     pass over their concatenated outputs. The original weights are kept, shared rather than copied
     (a tied LM head stays tied to the embedding), for wider passes; the kernel reads its own packed
-    copy.
+    copy, in float16 where that holds every weight exactly (``half``), else in fp32.
     """
 
     def __init__(self, linear: torch.nn.Linear, lib: ctypes.CDLL, parts: list[torch.nn.Linear] | None = None) -> None:
@@ -26,11 +31,13 @@ class SkinnyLinear(torch.nn.Module):
             self.weight = linear.weight  # still a parameter of the model (counted, tied, saved)
         self.in_features = linear.in_features
         self.out_features = sum(w.shape[0] for w in self.weights)
-        self._lib = lib
         block = lib.skinny_rows_per_block()
         weight = torch.cat([w.detach() for w in self.weights]).contiguous()  # [N, K], freed after packing
-        self.register_buffer("packed", torch.empty(-(-self.out_features // block) * block * self.in_features))
-        lib.skinny_pack(weight.data_ptr(), self.packed.data_ptr(), self.out_features, self.in_features)
+        packed = torch.empty(-(-self.out_features // block) * block * self.in_features)
+        lib.skinny_pack(weight.data_ptr(), packed.data_ptr(), self.out_features, self.in_features)
+        self.half = is_exact_in_float16(weight)
+        self.register_buffer("packed", packed.half() if self.half else packed)
+        self._gemm = lib.skinny_gemm_f16 if self.half else lib.skinny_gemm
 
     @classmethod
     def fused(cls, linears: list[torch.nn.Linear], lib: ctypes.CDLL) -> SkinnyLinear:
@@ -43,9 +50,7 @@ class SkinnyLinear(torch.nn.Module):
             return torch.cat([torch.nn.functional.linear(x, w) for w in self.weights], dim=-1)
         flat = flat.contiguous()
         out = torch.empty(rows, self.out_features, dtype=torch.float32)
-        self._lib.skinny_gemm(
-            flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), rows, self.out_features, self.in_features
-        )
+        self._gemm(flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), rows, self.out_features, self.in_features)
         return out.reshape(*x.shape[:-1], self.out_features)
 
 

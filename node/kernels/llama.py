@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from node.kernels import LANES
 from node.kernels.linear import SkinnyLinear
 from node.models import HFCausalLM
 from verifier.errors import ContextTooLong
@@ -33,24 +34,32 @@ INITIAL_CAPACITY = 256  # cache positions allocated per job at first; doubled as
 
 
 def is_lean_capable(model) -> bool:
-    """A plain Llama decoder (no biases, default RoPE scaling handled by the model's rotary module)."""
+    """A plain Llama decoder (no biases, default RoPE scaling handled by the model's rotary module)
+    whose widths suit the kernel's 8-float lanes."""
     config = model.config
+    heads = getattr(config, "num_attention_heads", 1)
+    head_dim = getattr(config, "head_dim", None) or getattr(config, "hidden_size", 0) // heads
     return (
         getattr(config, "model_type", None) == "llama"
         and not getattr(config, "attention_bias", False)
         and not getattr(config, "mlp_bias", False)
+        and config.hidden_size % LANES == 0
+        and head_dim % (2 * LANES) == 0
     )
 
 
 class _RMSNorm:
-    """HF's ``LlamaRMSNorm`` as one fused op (``F.rms_norm``: x · rsqrt(mean(x²) + ε) · w)."""
+    """HF's ``LlamaRMSNorm`` (w · (x · 1/√(mean(x²) + ε))) as one kernel call per pass, row by row."""
 
-    def __init__(self, norm) -> None:
-        self.weight, self.eps = norm.weight, norm.variance_epsilon
-        self.shape = (norm.weight.shape[0],)
+    def __init__(self, norm, lib: ctypes.CDLL) -> None:
+        self.weight, self.eps, self._lib = norm.weight.detach().contiguous(), float(norm.variance_epsilon), lib
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.rms_norm(x, self.shape, self.weight, self.eps)
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, d] -> [M, d]
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        rows, width = x.shape
+        self._lib.skinny_rms_norm(x.data_ptr(), self.weight.data_ptr(), out.data_ptr(), rows, width, self.eps)
+        return out
 
 
 class _Layer:
@@ -58,7 +67,8 @@ class _Layer:
 
     def __init__(self, layer, lib: ctypes.CDLL) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.input_norm, self.post_norm = _RMSNorm(layer.input_layernorm), _RMSNorm(layer.post_attention_layernorm)
+        self.input_norm = _RMSNorm(layer.input_layernorm, lib)
+        self.post_norm = _RMSNorm(layer.post_attention_layernorm, lib)
         self.qkv = SkinnyLinear.fused([attn.q_proj, attn.k_proj, attn.v_proj], lib)
         self.o = SkinnyLinear(attn.o_proj, lib)
         self.gate_up = SkinnyLinear.fused([mlp.gate_proj, mlp.up_proj], lib)
@@ -76,7 +86,7 @@ class LeanWeights:
         self.scale = model.model.layers[0].self_attn.scaling
         self.embed = model.model.embed_tokens
         self.layers = [_Layer(layer, lib) for layer in model.model.layers]
-        self.norm = _RMSNorm(model.model.norm)
+        self.norm = _RMSNorm(model.model.norm, lib)
         self.head = _head(model.lm_head, lib)
         self._rotary = model.model.rotary_emb
         # (cos, sin), each [positions, head_dim]: one reference, replaced whole, so that jobs in other
@@ -116,12 +126,6 @@ def _head(head, lib: ctypes.CDLL):
     if hasattr(head, "ids") and isinstance(getattr(head, "weight", None), torch.Tensor):
         return _SubVocabHead(head, lib)
     return head
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # x [heads, M, hd]
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # HF's rotate_half
-    return x * cos + rotated * sin
 
 
 class LeanLlamaLM(HFCausalLM):
@@ -174,28 +178,30 @@ class LeanLlamaLM(HFCausalLM):
         w = self.weights
         hidden = w.embed(ids)  # [M, d]
         cos, sin = w.rotary(start, stop)
-        # query i (at position start + i) sees keys 0 .. start + i; a one-row pass sees all of them
-        mask = None if stop - start == 1 else torch.ones(stop - start, stop, dtype=torch.bool).tril(start)
+        scratch = torch.empty(stop)  # the attention weights of one query row
         for i, layer in enumerate(w.layers):
-            hidden = hidden + self._attention(i, layer, layer.input_norm(hidden), cos, sin, start, stop, mask)
-            gate, up = layer.gate_up(layer.post_norm(hidden)).split(layer.intermediate, dim=-1)
-            hidden = hidden + layer.down(torch.nn.functional.silu(gate) * up)
+            hidden = hidden + self._attention(i, layer, layer.input_norm(hidden), cos, sin, start, scratch)
+            gate_up = layer.gate_up(layer.post_norm(hidden)).contiguous()  # [M, 2 I]: gate then up
+            gated = hidden.new_empty(hidden.shape[0], layer.intermediate)
+            self._lib.skinny_silu_mul(gate_up.data_ptr(), gated.data_ptr(), hidden.shape[0], layer.intermediate)
+            hidden = hidden + layer.down(gated)
         return w.head(w.norm(hidden)).float()
 
-    def _attention(self, i, layer, x, cos, sin, start, stop, mask) -> torch.Tensor:  # x [M, d] -> [M, d]
-        w, rows = self.weights, stop - start
+    def _attention(self, i, layer, x, cos, sin, start, scratch) -> torch.Tensor:  # x [M, d] -> [M, d]
+        w, rows, lib = self.weights, x.shape[0], self._lib
         q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
-        qk, v = layer.qkv(x).split((q_size + kv_size, kv_size), dim=-1)
-        qk = _rotate(qk.view(rows, w.heads + w.kv_heads, w.head_dim).transpose(0, 1), cos, sin)  # q and k at once
-        q, k = qk[: w.heads], qk[w.heads :]  # [H, M, hd], [KV, M, hd]
-        self._keys[i][:, start:stop] = k
-        self._values[i][:, start:stop] = v.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            q.unsqueeze(0),
-            self._keys[i][:, :stop].unsqueeze(0),
-            self._values[i][:, :stop].unsqueeze(0),
-            attn_mask=mask,
-            scale=w.scale,
-            enable_gqa=True,
-        )  # [1, H, M, hd]
-        return layer.o(out[0].transpose(0, 1).reshape(rows, q_size))
+        qkv = layer.qkv(x).contiguous()  # [M, q_size + 2 kv_size]
+        # RoPE on q and k at once, in place; bit-identical to x·cos + rotate_half(x)·sin
+        lib.skinny_rope(
+            qkv.data_ptr(), qkv.stride(0), rows, w.heads + w.kv_heads, w.head_dim, cos.data_ptr(), sin.data_ptr()
+        )
+        keys, values = self._keys[i], self._values[i]  # [KV, capacity, hd]
+        k, v = qkv[:, q_size:].split(kv_size, dim=-1)
+        keys[:, start : start + rows] = k.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
+        values[:, start : start + rows] = v.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
+        out = x.new_empty(rows, q_size)
+        lib.skinny_attention(
+            qkv.data_ptr(), qkv.stride(0), keys.data_ptr(), values.data_ptr(), keys.shape[1], out.data_ptr(),
+            rows, start, w.heads, w.kv_heads, w.head_dim, w.scale, scratch.data_ptr(),
+        )  # fmt: skip
+        return layer.o(out)

@@ -15,12 +15,18 @@
  * So row m of a pass over M rows is bit-identical to a pass over row m alone. Built without
  * -ffast-math, so that the compiler keeps this order.
  *
+ * Half-width weights: where every weight of a matrix is exactly a float16 value (a draft shipped in
+ * float16), the packed copy may hold float16, widened in registers by F16C. The widening is exact,
+ * so the products are bit-identical to the fp32 kernel's on the same values, for half the bytes read.
+ *
  * Packed layout: rows in blocks of ROWS_PER_BLOCK; inside a block, for each group of 8 k's, the
  * rows' 8 values follow each other: block b, group g, row r, lane l is at
  * ((b * G + g) * ROWS_PER_BLOCK + r) * 8 + l, with G = K / 8; rows past N are zero.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define LANES 8
 #define ROWS_PER_BLOCK 4 /* W rows per block: the tile height, so a block streams in order */
@@ -46,47 +52,158 @@ static inline float horizontal_sum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* One block of W against x rows m0 .. m0 + X_ROWS; X_ROWS is a constant at every call site, so the
- * accumulators live in registers. */
-static inline __attribute__((always_inline)) void tile(const float *block, const float *x, float *out, int groups,
-                                                       int k, int n_rows, int n0, int m0, const int X_ROWS) {
+static inline __m256 load_f32(const void *w, size_t i) { return _mm256_loadu_ps((const float *)w + i); }
+static inline __m256 load_f16(const void *w, size_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+}
+typedef __m256 (*load_fn)(const void *, size_t);
+
+/* One block of W against x rows m0 .. m0 + X_ROWS; X_ROWS and LOAD are constants at every call site,
+ * so the accumulators live in registers and the load is inlined. */
+static inline __attribute__((always_inline)) void tile(const void *block, const float *x, float *out, int groups,
+                                                       int k, int n_rows, int n0, int m0, const int X_ROWS,
+                                                       const load_fn LOAD) {
     __m256 acc[ROWS_PER_BLOCK][X_ROWS_PER_TILE];
     for (int r = 0; r < ROWS_PER_BLOCK; r++)
         for (int j = 0; j < X_ROWS; j++) acc[r][j] = _mm256_setzero_ps();
     const float *xm = x + (size_t)m0 * k;
     for (int g = 0; g < groups; g++) {
-        const float *wg = block + (size_t)g * ROWS_PER_BLOCK * LANES;
+        size_t wg = (size_t)g * ROWS_PER_BLOCK * LANES;
         for (int j = 0; j < X_ROWS; j++) {
             __m256 xv = _mm256_loadu_ps(xm + (size_t)j * k + g * LANES);
             for (int r = 0; r < ROWS_PER_BLOCK; r++)
-                acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(wg + r * LANES), xv, acc[r][j]);
+                acc[r][j] = _mm256_fmadd_ps(LOAD(block, wg + r * LANES), xv, acc[r][j]);
         }
     }
     for (int r = 0; r < ROWS_PER_BLOCK && n0 + r < n_rows; r++)
         for (int j = 0; j < X_ROWS; j++) out[(size_t)(m0 + j) * n_rows + n0 + r] = horizontal_sum(acc[r][j]);
 }
 
-static void tile_1(const float *b, const float *x, float *o, int g, int k, int n, int n0, int m0) {
-    tile(b, x, o, g, k, n, n0, m0, 1);
-}
-static void tile_2(const float *b, const float *x, float *o, int g, int k, int n, int n0, int m0) {
-    tile(b, x, o, g, k, n, n0, m0, 2);
-}
-static void tile_3(const float *b, const float *x, float *o, int g, int k, int n, int n0, int m0) {
-    tile(b, x, o, g, k, n, n0, m0, 3);
-}
-typedef void (*tile_fn)(const float *, const float *, float *, int, int, int, int, int);
+#define TILE(NAME, X_ROWS, LOAD)                                                             \
+    static void NAME(const void *b, const float *x, float *o, int g, int k, int n, int n0, int m0) { \
+        tile(b, x, o, g, k, n, n0, m0, X_ROWS, LOAD);                                        \
+    }
+TILE(tile_1, 1, load_f32)
+TILE(tile_2, 2, load_f32)
+TILE(tile_3, 3, load_f32)
+TILE(tile_1_f16, 1, load_f16)
+TILE(tile_2_f16, 2, load_f16)
+TILE(tile_3_f16, 3, load_f16)
+typedef void (*tile_fn)(const void *, const float *, float *, int, int, int, int, int);
 static const tile_fn TILES[X_ROWS_PER_TILE + 1] = {0, tile_1, tile_2, tile_3};
+static const tile_fn TILES_F16[X_ROWS_PER_TILE + 1] = {0, tile_1_f16, tile_2_f16, tile_3_f16};
+
+static void gemm(const void *packed, size_t weight_bytes, const tile_fn *tiles, const float *x, float *out,
+                 int m_rows, int n_rows, int k) {
+    int groups = k / LANES, blocks = (n_rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    for (int b = 0; b < blocks; b++) {
+        const char *block = (const char *)packed + (size_t)b * groups * ROWS_PER_BLOCK * LANES * weight_bytes;
+        for (int m0 = 0; m0 < m_rows; m0 += X_ROWS_PER_TILE) { /* the block is read from memory once */
+            int rows = m_rows - m0 < X_ROWS_PER_TILE ? m_rows - m0 : X_ROWS_PER_TILE;
+            tiles[rows](block, x, out, groups, k, n_rows, b * ROWS_PER_BLOCK, m0);
+        }
+    }
+}
 
 /* out[m_rows, n_rows] = x[m_rows, k] @ W^T, W packed by skinny_pack; k a multiple of LANES;
  * x and out contiguous. */
 void skinny_gemm(const float *x, const float *packed, float *out, int m_rows, int n_rows, int k) {
-    int groups = k / LANES, blocks = (n_rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-    for (int b = 0; b < blocks; b++) {
-        const float *block = packed + (size_t)b * groups * ROWS_PER_BLOCK * LANES;
-        for (int m0 = 0; m0 < m_rows; m0 += X_ROWS_PER_TILE) { /* the block is read from memory once */
-            int rows = m_rows - m0 < X_ROWS_PER_TILE ? m_rows - m0 : X_ROWS_PER_TILE;
-            TILES[rows](block, x, out, groups, k, n_rows, b * ROWS_PER_BLOCK, m0);
+    gemm(packed, sizeof(float), TILES, x, out, m_rows, n_rows, k);
+}
+
+/* The same with the packed weights as float16 (skinny_pack's layout, each value narrowed exactly). */
+void skinny_gemm_f16(const float *x, const uint16_t *packed, float *out, int m_rows, int n_rows, int k) {
+    gemm(packed, sizeof(uint16_t), TILES_F16, x, out, m_rows, n_rows, k);
+}
+
+/* The small per-row ops of a Llama layer, row by row, so that a row's result does not depend on the
+ * pass width either; each is one call instead of the handful of torch ops (and their dispatch) that
+ * dominate a one-row pass once the products are near the memory limit. */
+
+/* out[r] = w * (x[r] * 1 / sqrt(mean(x[r]^2) + eps)) (HF's LlamaRMSNorm, in its order of the final
+ * products); d a multiple of LANES. */
+void skinny_rms_norm(const float *x, const float *w, float *out, int rows, int d, float eps) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * d;
+        float *outr = out + (size_t)r * d;
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < d; i += LANES) {
+            __m256 v = _mm256_loadu_ps(xr + i);
+            acc = _mm256_fmadd_ps(v, v, acc);
         }
+        float mean = horizontal_sum(acc) / (float)d;
+        __m256 inv = _mm256_set1_ps(_mm_cvtss_f32(_mm_div_ss(_mm_set_ss(1.0f), _mm_sqrt_ss(_mm_set_ss(mean + eps)))));
+        for (int i = 0; i < d; i += LANES)
+            _mm256_storeu_ps(outr + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(_mm256_loadu_ps(xr + i), inv)));
+    }
+}
+
+/* Rotary embedding in place (Su et al. 2021, RoFormer; HF's rotate_half convention): for each row m
+ * and head h of x (row m starts at x + m * row_stride, heads of head_dim floats follow each other),
+ * x1, x2 = halves; x1' = x1 cos1 - x2 sin1, x2' = x2 cos2 + x1 sin2, with cos and sin [rows,
+ * head_dim]. Separate multiplies and adds (no FMA contraction under -std=c11), so the result is
+ * bit-identical to torch's x * cos + rotate_half(x) * sin. head_dim / 2 a multiple of LANES. */
+void skinny_rope(float *x, int row_stride, int rows, int heads, int head_dim, const float *cos, const float *sin) {
+    int half = head_dim / 2;
+    for (int m = 0; m < rows; m++) {
+        const float *c = cos + (size_t)m * head_dim, *s = sin + (size_t)m * head_dim;
+        for (int h = 0; h < heads; h++) {
+            float *v = x + (size_t)m * row_stride + (size_t)h * head_dim;
+            for (int i = 0; i < half; i += LANES) {
+                __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
+                __m256 ra = _mm256_sub_ps(_mm256_mul_ps(a, _mm256_loadu_ps(c + i)), _mm256_mul_ps(b, _mm256_loadu_ps(s + i)));
+                __m256 rb = _mm256_add_ps(_mm256_mul_ps(b, _mm256_loadu_ps(c + half + i)),
+                                          _mm256_mul_ps(a, _mm256_loadu_ps(s + half + i)));
+                _mm256_storeu_ps(v + i, ra);
+                _mm256_storeu_ps(v + half + i, rb);
+            }
+        }
+    }
+}
+
+/* Causal attention with grouped KV heads (GQA: Ainslie et al. 2023), row by row: query row m, at
+ * position start + m, attends to cached keys 0 .. start + m. q rows start at q + m * q_stride with
+ * `heads` heads of head_dim floats; keys and values are [kv_heads, capacity, head_dim]; out is
+ * [rows, heads * head_dim]; scratch holds start + rows floats. Softmax as exp(s - max) / sum, summed over positions in order, so a row's
+ * result is the same in a pass of any width. */
+void skinny_attention(const float *q, int q_stride, const float *keys, const float *values, int capacity, float *out,
+                      int rows, int start, int heads, int kv_heads, int head_dim, float scale, float *weights) {
+    int group = heads / kv_heads, vectors = head_dim / LANES;
+    for (int m = 0; m < rows; m++) {
+        int n = start + m + 1;
+        for (int h = 0; h < heads; h++) {
+            const float *qh = q + (size_t)m * q_stride + (size_t)h * head_dim;
+            const float *k = keys + (size_t)(h / group) * capacity * head_dim;
+            const float *v = values + (size_t)(h / group) * capacity * head_dim;
+            float top = -INFINITY, total = 0.0f;
+            for (int j = 0; j < n; j++) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int i = 0; i < vectors; i++)
+                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i * LANES), _mm256_loadu_ps(k + (size_t)j * head_dim + i * LANES), acc);
+                weights[j] = horizontal_sum(acc) * scale;
+                top = weights[j] > top ? weights[j] : top;
+            }
+            for (int j = 0; j < n; j++) {
+                weights[j] = expf(weights[j] - top);
+                total += weights[j];
+            }
+            float *o = out + (size_t)m * heads * head_dim + (size_t)h * head_dim;
+            for (int i = 0; i < vectors; i++) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int j = 0; j < n; j++)
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(v + (size_t)j * head_dim + i * LANES), acc);
+                _mm256_storeu_ps(o + i * LANES, _mm256_div_ps(acc, _mm256_set1_ps(total)));
+            }
+        }
+    }
+}
+
+/* out[r] = silu(gate[r]) * up[r] (the Llama MLP's gating, silu(g) = g / (1 + e^-g)), where row r of
+ * gate_up holds gate then up, each `width` floats. */
+void skinny_silu_mul(const float *gate_up, float *out, int rows, int width) {
+    for (int r = 0; r < rows; r++) {
+        const float *g = gate_up + (size_t)r * 2 * width, *u = g + width;
+        float *o = out + (size_t)r * width;
+        for (int i = 0; i < width; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
