@@ -39,12 +39,12 @@ class Chain:
 
 
 @contextmanager
-def deployed_chain(deployments: Path) -> Iterator[Chain]:
+def deployed_chain(deployments: Path, config: BondConfig | None = None) -> Iterator[Chain]:
     """A fresh anvil on a free port with SpecmarketBond deployed (defaults as Deploy.s.sol)."""
     with AnvilProcess(free_port()) as anvil:
         w3 = connect(anvil.url)
         referees = [dev_address(i) for i in DEV_REFEREES]
-        deployment, tx = deploy(w3, dev_key(DEV_DEPLOYER), BondConfig(), referees, DEFAULT_THRESHOLD)
+        deployment, tx = deploy(w3, dev_key(DEV_DEPLOYER), config or BondConfig(), referees, DEFAULT_THRESHOLD)
         deployment.save(deployments)
         yield Chain(anvil.url, deployments, deployment, BondClient(w3, deployment.address), tx.gas_used)
 
@@ -70,12 +70,14 @@ def sign_raw(
     output: tuple[int, ...],
     model_hash: bytes,
     domain=None,
+    issued_at: int | None = None,
 ) -> SignedReceipt:
     """A receipt signed directly with ``key`` (bypassing an operator's store): how a dishonest or
     careless operator would equivocate, or sign for another domain."""
     domain = domain or chain.client.domain
     operator = Account.from_key(key).address
-    receipt = Receipt(operator, model_hash, request.hash(), hash_tokens(output), len(output), int(time.time()))
+    issued = int(time.time()) if issued_at is None else issued_at
+    receipt = Receipt(operator, model_hash, request.hash(), hash_tokens(output), len(output), issued)
     return SignedReceipt(domain, receipt, sign_receipt(key, domain, receipt), request, output)
 
 

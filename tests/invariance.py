@@ -12,7 +12,8 @@ from node.decoding import pair_proposer
 from verifier.decode import decode_plain, decode_speculative
 from verifier.model import score
 from verifier.params import SamplingParams
-from verifier.verify import TOLERANCE_DELTA, score_margin
+from verifier.tolerance import TOLERANCE_DELTA
+from verifier.verify import score_margin
 
 
 @dataclass

@@ -12,7 +12,7 @@ from node.kernels.linear import prepack_linears
 from node.lab.bench_target import run_bench_target, shape_drift, weight_bytes
 from node.lab.config import TargetBenchConfig
 from node.models import TINY_TARGET, load_model_dir
-from verifier.verify import TOLERANCE_DELTA
+from verifier.tolerance import TOLERANCE_DELTA
 
 
 def test_bench_target_reports_floor_costs_and_drift(tmp_path):

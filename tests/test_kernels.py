@@ -14,7 +14,7 @@ import node.kernels as kernels
 from node.kernels import SKINNY_MAX_ROWS, KernelUnavailable, library, load_kernel
 from node.kernels.linear import SkinnyLinear
 from node.models import TINY_TARGET, load_model_dir
-from verifier.verify import TOLERANCE_DELTA
+from verifier.tolerance import TOLERANCE_DELTA
 
 SHAPES = [(1, 8), (5, 8), (13, 576), (576, 576), (1536, 576), (576, 1536), (4099, 64)]  # (N, K), ragged N too
 ATOL = 1e-4  # fp32 summation-order noise on unit-scale inputs of width ≤ 1536 is ~1e-5
@@ -75,14 +75,14 @@ def test_skinny_float16_weights_give_the_fp32_kernels_bits_succeeds(n, k):
 
 
 def test_rms_norm_matches_torch_and_rows_do_not_depend_on_the_pass_width_succeeds():
-    from node.kernels.llama import _RMSNorm
+    from node.kernels.llama import RMSNorm
 
     torch.manual_seed(4)
     norm = torch.nn.RMSNorm(576, eps=1e-5)
     with torch.no_grad():
         norm.weight.uniform_(0.5, 2.0)
     norm.variance_epsilon = norm.eps
-    ours = _RMSNorm(norm, library())
+    ours = RMSNorm(norm, library())
     x = 3 * torch.randn(SKINNY_MAX_ROWS, 576)
     with torch.inference_mode():
         want = torch.nn.functional.rms_norm(x, (576,), norm.weight, norm.eps)

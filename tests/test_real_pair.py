@@ -21,7 +21,8 @@ from tests.invariance import check_invariance
 from tests.stats import P_VALUE_THRESHOLD, chi_square_pvalue
 from verifier.model import score
 from verifier.params import SamplingParams, token_probs
-from verifier.verify import TOLERANCE_DELTA, noisy_scores, verify
+from verifier.tolerance import TOLERANCE_DELTA
+from verifier.verify import noisy_scores, verify
 
 CHAT = [
     "Why is the sky blue?",

@@ -74,7 +74,7 @@ def test_score_margin_is_gap_between_top_two():
 
 
 def test_within_tolerance_band():
-    from verifier.verify import TOLERANCE_DELTA, within_tolerance
+    from verifier.tolerance import TOLERANCE_DELTA, within_tolerance
 
     greedy = SamplingParams(temperature=0.0)
     row = np.array([1.0, 1.0 - TOLERANCE_DELTA / 2, 1.0 - 2 * TOLERANCE_DELTA, -3.0])

@@ -21,7 +21,8 @@ from verifier.params import SamplingParams, token_probs
 from verifier.proposal import DEFAULT_GAMMA, MAX_GAMMA, Proposal
 from verifier.proposers import PROPOSERS, build_proposer
 from verifier.theory import expected_tokens, optimal_gamma, speedup
-from verifier.verify import TOLERANCE_DELTA, Rule, Verdict, sample_token, verify, within_tolerance
+from verifier.tolerance import TOLERANCE_DELTA, within_tolerance
+from verifier.verify import Rule, Verdict, sample_token, verify
 
 __all__ = [
     "DEFAULT_GAMMA",

@@ -9,11 +9,19 @@ import numpy as np
 from verifier.errors import InvalidParams
 
 MAX_TEMPERATURE = 100.0
+# Below this temperature sampling is greedy, for every party: a sample at T = 1e-6 is the argmax but
+# for ties, and judging it needs the same band as greedy decoding (verifier.tolerance).
+GREEDY_BELOW = 1e-2
+# top_p is a multiple of this: a client cannot aim the cut-off at a cumulative-probability boundary
+# of its choosing to the micro (the judge's top-p band covers what float noise can move).
+TOP_P_STEP = 0.01
+TOP_P_STEPS = round(1 / TOP_P_STEP)
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature 0 means greedy; top_k 0 means off; top_p 1.0 means off."""
+    """temperature below GREEDY_BELOW (0 included) means greedy; top_k 0 means off; top_p 1.0 means
+    off, else a multiple of TOP_P_STEP."""
 
     temperature: float = 1.0
     top_k: int = 0
@@ -29,10 +37,12 @@ class SamplingParams:
             raise InvalidParams(f"top_k must be an integer >= 0 (0 = off), got {k!r}")
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
             raise InvalidParams(f"top_p must be in (0, 1] (1 = off), got {p!r}")
+        if abs(p * TOP_P_STEPS - round(p * TOP_P_STEPS)) > 1e-6:
+            raise InvalidParams(f"top_p must be a multiple of {TOP_P_STEP}, got {p!r}")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
 
     def to_dict(self) -> dict[str, float | int]:
         return {"temperature": float(self.temperature), "top_k": self.top_k, "top_p": float(self.top_p)}
@@ -42,7 +52,7 @@ def process_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:  #
     """Temperature, then top-k, then top-p, in float64; removed tokens become -inf.
 
     Order and tie rules (used identically by target, drafter, challenger and referee):
-    - greedy (T = 0) returns the raw logits: only their argmax matters;
+    - greedy (T < GREEDY_BELOW) returns the raw logits: only their argmax matters;
     - top-k keeps every token whose scaled logit is >= the k-th largest (ties at the k-th are kept);
     - top-p keeps the shortest prefix of tokens, sorted by descending logit (stable, lower id
       first on ties), whose cumulative probability reaches top_p; the top token is always kept.

@@ -1,8 +1,9 @@
 """Re-executing the target for disputes: the challenger's whole-answer check and the referee's one step.
 
-Both use the verifier's tolerance rule (``within_tolerance``, TOLERANCE_DELTA): a token is correct
-when its noisy score is within δ of the best at its position, so float noise between machines or
-between pass shapes never makes an honest answer look wrong (docs/design.md §3, §4).
+Both use the verifier's tolerance rule (``verifier.tolerance``): a token is correct when it may
+have been kept by top-k/top-p and its noisy score is within δ logits of the best surely kept one,
+so float noise between machines or between pass shapes never makes an honest answer look wrong
+(docs/design.md §3, §4).
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from node.chain import ChainError
 from node.chain.receipts import SignedReceipt
 from node.models import HFCausalLM
 from verifier.params import SamplingParams
-from verifier.verify import noisy_scores, within_tolerance
+from verifier.tolerance import shortfall, within_tolerance
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class Audit:
     tokens_checked: int
     target_positions: int  # positions the target scored to check the answer (one pass)
     seconds: float
-    margin: float | None  # at first_wrong: how far the claimed token's noisy score is below the best
+    margin: float | None  # at first_wrong: how far (logit units) the claimed token's noisy score is below the best
 
 
 def check_model(model_hash: bytes, local_hash: bytes, role: str) -> None:
@@ -70,17 +69,12 @@ def audit_answer(model: HFCausalLM, signed: SignedReceipt) -> Audit:
         logits = model.extend(context)[len(prompt) - 1 :]  # [len(checked), V]: row k decides token k
         for k, token in enumerate(checked):
             if not within_tolerance(logits[k], params, seed, k, token):
-                margin = _margin(logits[k], params, seed, k, token)
+                margin = shortfall(logits[k], params, seed, k, token)
                 return Audit(k, k + 1, len(context), time.perf_counter() - started, margin)
     elapsed = time.perf_counter() - started
     if bad_ids:
         return Audit(bad_ids[0], bad_ids[0] + 1, len(context) if checked else 0, elapsed, float("inf"))
     return Audit(None, len(output), len(context), elapsed, None)
-
-
-def _margin(logits: np.ndarray, params: SamplingParams, seed: int, k: int, token: int) -> float:
-    scores = noisy_scores(logits, params, seed, k)
-    return float(scores.max() - scores[token])
 
 
 @dataclass(frozen=True)

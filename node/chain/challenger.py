@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from node import safe_json
 from node.chain import ChainError
 from node.chain.audit import Audit, audit_answer, check_model
 from node.chain.client import BondClient
@@ -46,7 +46,7 @@ def read_receipt_file(path: Path) -> SignedReceipt:
     try:
         if path.stat().st_size > MAX_RECEIPT_FILE_BYTES:
             raise ReceiptError(f"{path} is larger than {MAX_RECEIPT_FILE_BYTES} bytes")
-        data = json.loads(path.read_text())
+        data = safe_json.loads(path.read_text(), f"receipt file {path}")
     except (OSError, ValueError) as exc:
         raise ReceiptError(f"cannot read receipt file {path}: {exc}") from exc
     if isinstance(data, dict) and isinstance(data.get("specmarket"), dict):  # a whole API answer

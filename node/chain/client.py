@@ -189,10 +189,12 @@ class BondClient:
     def receipt_signer(self, receipt: Receipt, signature: bytes) -> str:
         return self.call("receiptSigner", receipt.as_tuple(), signature)
 
-    def events(self, name: str, from_block: int = 0, **filters: Any) -> list[dict[str, Any]]:
+    def events(
+        self, name: str, from_block: int = 0, to_block: int | str = "latest", **filters: Any
+    ) -> list[dict[str, Any]]:
         """Decoded ``name`` events of this contract: each its args plus block and tx hash."""
         event = getattr(self.contract.events, name)
-        logs = event.get_logs(from_block=from_block, argument_filters=filters or None)
+        logs = event.get_logs(from_block=from_block, to_block=to_block, argument_filters=filters or None)
         return [{**dict(e["args"]), "block": e["blockNumber"], "tx": e["transactionHash"].to_0x_hex()} for e in logs]
 
     def decode_events(self, tx: TxResult, name: str) -> list[dict[str, Any]]:

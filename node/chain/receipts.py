@@ -37,6 +37,7 @@ MAX_U64 = (1 << 64) - 1
 MAX_RECEIPT_TOKENS = 1 << 16  # a receipt file or network message with more tokens is refused
 RECEIPT_FORMAT = 1
 SIGNATURE_BYTES = 65
+SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141  # the curve's group order
 REQUEST_TYPEHASH = keccak(
     b"Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
 )
@@ -188,9 +189,21 @@ def sign_verdict(private_key: bytes | str, domain: Domain, challenge_id: int, op
     return bytes(Account.sign_message(verdict_signable(domain, challenge_id, operator_at_fault), private_key).signature)
 
 
-def recover_receipt_signer(domain: Domain, receipt: Receipt, signature: bytes) -> str:
+def check_canonical(signature: bytes) -> None:
+    """Accept only what OpenZeppelin's ECDSA accepts: 65 bytes r‖s‖v, s in the lower half of the
+    curve order (EIP-2), v 27 or 28. A high-s twin of a valid signature recovers to the same signer
+    in eth-account but reverts on chain, so anything Python accepts here must pass on chain too."""
     if len(signature) != SIGNATURE_BYTES:
         raise ReceiptError(f"a signature is {SIGNATURE_BYTES} bytes, got {len(signature)}")
+    s, v = int.from_bytes(signature[32:64], "big"), signature[64]
+    if s > SECP256K1_N // 2:
+        raise ReceiptError("the signature's s is in the upper half of the curve order (not canonical, EIP-2)")
+    if v not in (27, 28):
+        raise ReceiptError(f"the signature's v must be 27 or 28, got {v}")
+
+
+def recover_receipt_signer(domain: Domain, receipt: Receipt, signature: bytes) -> str:
+    check_canonical(signature)
     try:
         return Account.recover_message(receipt_signable(domain, receipt), signature=signature)
     except (ValueError, TypeError) as exc:

@@ -5,10 +5,18 @@ process), and several referee processes can cooperate through a shared *verdict 
 each writes its signature to ``<pool>/<chain>-<contract>/<id>/<verdict>/<address>.sig``, and
 whoever sees a quorum (``threshold`` valid signatures of current referees for one verdict) submits
 ``resolve``. Signatures read from the pool are checked before use: the pool is not trusted.
+
+One challenge never stops the others: a receipt that cannot be judged (parameters out of range,
+another model, a context that does not fit) is logged once and skipped, a challenge whose resolve
+window has closed is skipped (its challenger can refund it), and a revert is logged and the round
+goes on. Challenges are handled earliest deadline first. New events are read from a block cursor,
+kept with the ids still open in ``<pool>/<chain>-<contract>/cursor-<address>.json``, so a restart
+neither rescans the chain from block 0 nor forgets an open challenge.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import asdict, dataclass
@@ -21,8 +29,9 @@ from node.chain import ChainError
 from node.chain.audit import Judgement, judge_step
 from node.chain.client import BondClient, ChainRevert, ChallengeStatus
 from node.chain.config import DEFAULT_POLL_S
-from node.chain.receipts import MICROS, sign_verdict, verdict_signable
+from node.chain.receipts import MICROS, ReceiptError, check_canonical, sign_verdict, verdict_signable
 from node.models import HFCausalLM
+from verifier.errors import SpecmarketError
 from verifier.params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -71,8 +80,9 @@ class VerdictPool:
                 if path.stat().st_size > MAX_SIG_FILE_BYTES:
                     raise ValueError("oversized")
                 signature = bytes.fromhex(path.read_text().strip())
+                check_canonical(signature)  # a high-s twin would pass here and revert on chain
                 signer = Account.recover_message(signable, signature=signature)
-            except (OSError, ValueError, TypeError) as exc:
+            except (OSError, ValueError, TypeError, ReceiptError) as exc:
                 log.warning("ignoring unreadable verdict signature %s: %s", path, exc)
                 continue
             if signer in referees and path.stem == signer:
@@ -80,6 +90,33 @@ class VerdictPool:
             else:
                 log.warning("ignoring %s: signed by %s, not a current referee of that name", path, signer)
         return found
+
+
+class Cursor:
+    """The next block to scan and the open challenges seen so far (id -> block), kept in a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.next_block, self.pending = path, 0, {}
+        try:
+            state = json.loads(path.read_text())
+            self.next_block = int(state["next_block"])
+            self.pending = {int(cid): int(block) for cid, block in state["pending"].items()}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("ignoring unreadable referee cursor %s (%s): scanning from block 0", path, exc)
+
+    def save(self, next_block: int, pending: dict[int, int]) -> None:
+        self.next_block, self.pending = next_block, dict(pending)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"next_block": next_block, "pending": pending}))
+        tmp.replace(self.path)  # atomic: a crash leaves the old cursor or the new one
+
+
+def _judgement_key(event: dict) -> tuple:
+    """What a verdict is about: the challenge, and the receipt, position and challenger it names."""
+    return int(event["id"]), bytes(event["receiptDigest"]), int(event["position"]), str(event["challenger"])
 
 
 class Referee:
@@ -93,30 +130,57 @@ class Referee:
         self.model = model
         self.model_hash = model_hash
         self.pool = VerdictPool(pool, client)
-        self.from_block = 0
-        self._verdicts: dict[int, Judgement | None] = {}  # challenge id -> our verdict (None: cannot judge)
+        self.cursor = Cursor(self.pool.dir / f"cursor-{min(self._keys).lower()}.json")
+        self._pending: dict[int, dict] = {}  # open challenge id -> its ChallengeOpened event
+        self._verdicts: dict[tuple, Judgement | None] = {}  # _judgement_key -> our verdict (None: cannot judge)
+
+    def _scan(self, latest: int) -> None:
+        """Add the ChallengeOpened events up to ``latest`` that are not known yet."""
+        if not self._pending and self.cursor.pending:  # after a restart: fetch what was still open
+            for cid, block in self.cursor.pending.items():
+                for event in self.client.events("ChallengeOpened", from_block=block, to_block=latest, id=cid):
+                    self._pending[int(event["id"])] = event
+        if self.cursor.next_block <= latest:  # else no block since the last scan
+            for event in self.client.events("ChallengeOpened", from_block=self.cursor.next_block, to_block=latest):
+                self._pending[int(event["id"])] = event
 
     def open_challenges(self) -> list[dict]:
-        events = self.client.events("ChallengeOpened", from_block=self.from_block)
-        return [e for e in events if self.client.challenge_status(e["id"]) is ChallengeStatus.OPEN]
+        """Open challenges whose resolve window is still open, earliest deadline first."""
+        latest = self.client.w3.eth.block_number
+        self._scan(latest)
+        now, timeout = self.client.w3.eth.get_block(latest)["timestamp"], self.client.call("resolveTimeout")
+        live = []
+        for cid, event in list(self._pending.items()):
+            record = self.client.challenge_record(cid)
+            deadline = int(record["created_at"]) + int(timeout)
+            if ChallengeStatus(record["status"]) is not ChallengeStatus.OPEN:
+                del self._pending[cid]
+            elif now > deadline:
+                log.info("challenge %d: its resolve window closed at %d, skipping it (refundable)", cid, deadline)
+                del self._pending[cid]
+            else:
+                live.append((deadline, cid, event))
+        self.cursor.save(latest + 1, {cid: int(event["block"]) for cid, event in self._pending.items()})
+        return [event for _, _, event in sorted(live, key=lambda item: item[:2])]
 
     def _judge(self, event: dict) -> Judgement | None:
+        key = _judgement_key(event)
+        if key not in self._verdicts:
+            self._verdicts[key] = self._judge_now(event)
+        return self._verdicts[key]
+
+    def _judge_now(self, event: dict) -> Judgement | None:
         cid = int(event["id"])
-        if cid not in self._verdicts:
-            if bytes(event["modelHash"]) != self.model_hash:
-                log.warning("challenge %d is about model 0x%s, not ours: not judging it", cid, event["modelHash"].hex())
-                self._verdicts[cid] = None
-            else:
-                p = event["params"]
-                params = SamplingParams(p["temperatureMicros"] / MICROS, p["topK"], p["topPMicros"] / MICROS)
-                try:
-                    self._verdicts[cid] = judge_step(
-                        self.model, event["prompt"], event["output"], event["position"], params, p["seed"]
-                    )
-                except ChainError as exc:
-                    log.warning("challenge %d cannot be re-executed (%s): not judging it", cid, exc)
-                    self._verdicts[cid] = None
-        return self._verdicts[cid]
+        if bytes(event["modelHash"]) != self.model_hash:
+            log.warning("challenge %d is about model 0x%s, not ours: not judging it", cid, event["modelHash"].hex())
+            return None
+        p = event["params"]
+        try:
+            params = SamplingParams(p["temperatureMicros"] / MICROS, p["topK"], p["topPMicros"] / MICROS)
+            return judge_step(self.model, event["prompt"], event["output"], event["position"], params, p["seed"])
+        except SpecmarketError as exc:  # out-of-range parameters, a context that does not fit
+            log.warning("challenge %d cannot be judged (%s): skipping it", cid, exc)
+            return None
 
     def handle(self, event: dict) -> Outcome:
         """Judge one open challenge, add our signatures to the pool, resolve when a quorum exists."""
@@ -145,7 +209,13 @@ class Referee:
         return Outcome(cid, at_fault, len(sigs), True, tx.gas_used, **cost)
 
     def run_once(self) -> list[Outcome]:
-        return [self.handle(event) for event in self.open_challenges()]
+        outcomes = []
+        for event in self.open_challenges():
+            try:
+                outcomes.append(self.handle(event))
+            except ChainError as exc:  # a revert on one challenge never stops the others
+                log.warning("challenge %d: %s; going on with the others", int(event["id"]), exc)
+        return outcomes
 
     def watch(self, stop: threading.Event, poll_s: float = DEFAULT_POLL_S, on_outcome=None) -> None:
         """Handle challenges as they open until ``stop`` is set; ``on_outcome`` hears of each change."""

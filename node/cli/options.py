@@ -17,6 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from node.safe_json import TooDeep, check_depth
 from verifier.errors import SpecmarketError
 
 
@@ -41,8 +42,10 @@ def load_section(path: Path | None, section: str) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        text = Path(path).read_text()
+        check_depth(text, f"config file {path}")
+        data = tomllib.loads(text)
+    except (OSError, tomllib.TOMLDecodeError, TooDeep) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
     table = data.get(section, {})
     if not isinstance(table, dict):

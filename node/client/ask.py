@@ -10,12 +10,12 @@ signature, its hashes, and that it covers exactly the tokens received.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from node import safe_json
 from verifier.errors import InvalidParams
 from verifier.noise import MAX_SEED
 
@@ -84,7 +84,7 @@ async def _ask_p2p(cfg: AskConfig, on_text: Callable[[str], None]) -> dict[str, 
         "seed": done.seed,
         "stats": done.stats,
         "credits": done.credits,
-        "receipt": json.loads(done.receipt) if done.receipt else None,
+        "receipt": safe_json.loads(done.receipt, "the receipt") if done.receipt else None,
     }
 
 

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from node import safe_json
 from verifier.errors import SpecmarketError
 
 MAX_LINE_BYTES = 4 << 20  # the final chunk carries every token id (and the prompt's)
@@ -52,7 +53,7 @@ class TargetJobError(ClientError):
 def _error_message(raw: bytes) -> str:
     """The ``error.message`` of an OpenAI-shaped error body, else the start of the body."""
     try:
-        message = json.loads(raw)["error"]["message"]
+        message = safe_json.loads(raw, "an error body")["error"]["message"]
         if isinstance(message, str):
             return message
     except (ValueError, KeyError, TypeError):
@@ -116,7 +117,7 @@ TextOf = Callable[[dict[str, Any]], Any]  # choices[0] of an event -> its text (
 
 def _parse_event(data: str, text_of: TextOf) -> dict[str, Any]:
     try:
-        event = json.loads(data)
+        event = safe_json.loads(data, "an event")
     except ValueError as exc:
         raise MalformedStream(f"an event is not JSON: {data[:80]!r}") from exc
     if not isinstance(event, dict):
@@ -162,7 +163,7 @@ def http_json(url: str, body: dict | None = None, timeout_s: float = HTTP_TIMEOU
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.loads(resp.read(MAX_STREAM_BYTES))
+        return safe_json.loads(resp.read(MAX_STREAM_BYTES), f"the answer from {url}")
 
 
 def complete(http: str, prompt: str, *, seed: int, max_tokens: int, temperature: float = 1.0, **kw) -> dict:

@@ -48,7 +48,7 @@ def is_lean_capable(model) -> bool:
     )
 
 
-class _RMSNorm:
+class RMSNorm:
     """HF's ``LlamaRMSNorm`` (w · (x · 1/√(mean(x²) + ε))) as one kernel call per pass, row by row."""
 
     def __init__(self, norm, lib: ctypes.CDLL) -> None:
@@ -67,8 +67,8 @@ class _Layer:
 
     def __init__(self, layer, lib: ctypes.CDLL) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.input_norm = _RMSNorm(layer.input_layernorm, lib)
-        self.post_norm = _RMSNorm(layer.post_attention_layernorm, lib)
+        self.input_norm = RMSNorm(layer.input_layernorm, lib)
+        self.post_norm = RMSNorm(layer.post_attention_layernorm, lib)
         self.qkv = SkinnyLinear.fused([attn.q_proj, attn.k_proj, attn.v_proj], lib)
         self.o = SkinnyLinear(attn.o_proj, lib)
         self.gate_up = SkinnyLinear.fused([mlp.gate_proj, mlp.up_proj], lib)
@@ -86,7 +86,7 @@ class LeanWeights:
         self.scale = model.model.layers[0].self_attn.scaling
         self.embed = model.model.embed_tokens
         self.layers = [_Layer(layer, lib) for layer in model.model.layers]
-        self.norm = _RMSNorm(model.model.norm, lib)
+        self.norm = RMSNorm(model.model.norm, lib)
         self.head = _head(model.lm_head, lib)
         self._rotary = model.model.rotary_emb
         # (cos, sin), each [positions, head_dim]: one reference, replaced whole, so that jobs in other

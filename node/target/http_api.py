@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
+from node import safe_json
 from node.target.chat import chat_prompt
 from node.target.engine import CompletionRequest, CompletionResult, Engine
 from node.target.http_metrics import CONTENT_TYPE, ApiMetrics, StatusFn
@@ -104,7 +105,7 @@ def _reject_constant(name: str) -> NoReturn:
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object; anything else is a 400."""
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        data = safe_json.loads(raw.decode("utf-8"), "the request body", parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise HttpError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from exc
     if not isinstance(data, dict):

@@ -5,6 +5,7 @@ passes run in worker threads, one KV cache per job on shared weights.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 LEDGER_FILE = "ledger.sqlite"
 REQUEST_TIMEOUT_S = 10.0  # a client must send its request this soon after opening the stream
 CLIENT_SEND_TIMEOUT_S = 30.0
+MAX_ERROR_CHARS = 1000  # an error frame says why in a line, not the whole offending frame
 MODEL_NAME = "specmarket-target"
 
 
@@ -77,7 +79,11 @@ class TargetNode:
             req = await fs.receive(REQUEST_TIMEOUT_S)
             assert isinstance(req, Request)
             await self._serve_request(fs, req)
-        except (InvalidMessage, StreamFailed) as exc:
+        except InvalidMessage as exc:  # the peer hears why, then the stream closes
+            log.warning("generate stream from %s: invalid request: %s", fs.peer_id, exc)
+            with contextlib.suppress(StreamFailed):
+                await fs.send(Error(f"invalid request: {exc}"[:MAX_ERROR_CHARS]), CLIENT_SEND_TIMEOUT_S)
+        except StreamFailed as exc:
             log.warning("generate stream from %s dropped: %s", fs.peer_id, exc)
         finally:
             await fs.close()
