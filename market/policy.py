@@ -102,8 +102,8 @@ class Policy:
         cfg = self.config
         if s.consecutive_failures >= cfg.max_consecutive_failures:
             return f"{s.consecutive_failures} consecutive timeouts/errors"
-        if s.proposed >= cfg.min_tokens_to_judge and s.match_rate < cfg.min_match_rate:
-            return f"match rate {s.match_rate:.3f} < {cfg.min_match_rate} over {s.proposed} tokens"
+        if s.judged_tokens >= cfg.min_tokens_to_judge and s.match_rate < cfg.min_match_rate:
+            return f"match rate {s.match_rate:.3f} < {cfg.min_match_rate} over {s.judged_tokens} offered tokens"
         return None
 
     def _bench(self, peer_id: str, s: DrafterStats, now: float, reason: str) -> None:
@@ -122,11 +122,21 @@ class Policy:
         now = self._clock()
         return [p for p in registry.peers() if registry.stats(p).benched_until <= now]
 
+    def is_judged(self, stats: DrafterStats) -> bool:
+        return stats.judged_tokens >= self.config.min_tokens_to_judge
+
     def select(self, registry: Registry, n: int) -> list[str]:
-        """Up to ``n`` eligible peers to ask for drafts, best first."""
+        """Up to ``n`` eligible peers to ask for drafts: the judged ones best first, and at most one
+        untried peer (the least tried), so untried identities, which are free to mint, can never
+        crowd out the best judged drafter; with n = 1 the best judged drafter goes first."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise MarketError(f"n must be a non-negative int, got {n!r}")
-        return self.rank(registry, self.eligible(registry))[:n]
+        eligible = self.eligible(registry)
+        judged = self.rank(registry, [p for p in eligible if self.is_judged(registry.stats(p))], explore=False)
+        untried = [p for p in eligible if not self.is_judged(registry.stats(p))]
+        untried.sort(key=lambda p: (registry.stats(p).jobs, -self._explore_score(registry.stats(p)), p))
+        slot = untried[:1] if n >= 2 or not judged else []
+        return (judged[: n - len(slot)] + slot)[:n]
 
     def rank(self, registry: Registry, peer_ids: Iterable[str], *, explore: bool = True) -> list[str]:
         """``peer_ids`` (deduplicated) best first, by score, ties by peer id; benched peers are kept.
@@ -144,7 +154,7 @@ class Policy:
 
     def _explore_score(self, stats: DrafterStats) -> float:
         rate = stats.match_rate
-        if stats.proposed < self.config.min_tokens_to_judge:
+        if not self.is_judged(stats):
             rate = max(rate, self.config.explore_match_rate)
         return self._score(stats, rate)
 

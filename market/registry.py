@@ -49,6 +49,7 @@ class DrafterStats:
     """
 
     rounds: int = 0  # rounds in which the peer's draft arrived in time
+    offered: int = 0  # the round's γ for each of those rounds: what it could have proposed (window)
     proposed: int = 0  # draft tokens received (current trial window)
     matched: int = 0  # of those, tokens that matched the target's output, verified or not
     accepted: int = 0  # tokens credited: accepted in the draft actually verified
@@ -65,13 +66,28 @@ class DrafterStats:
     lifetime_proposed: int = 0
     lifetime_matched: int = 0
 
+    waited_s: float = 0.0  # seconds the target waited for this peer's in-time drafts (window)
+
     @property
     def match_rate(self) -> float:
-        """Posterior mean of the per-token match probability under a Beta(1, 1) (uniform) prior.
+        """Posterior mean of the per-token match probability under a Beta(1, 1) (uniform) prior,
+        per token *offered*: a round's γ, whatever the draft's length. An empty or short draft
+        counts as the tokens it did not propose, so answering every round with nothing is judged
+        like proposing nothing useful (it used to leave the peer unjudged, and so always tried).
 
-        0.5 for a peer with no data, tending to matched/proposed as evidence accumulates.
+        0.5 for a peer with no data, tending to matched/offered as evidence accumulates.
         """
-        return (self.matched + 1) / (self.proposed + 2)
+        return (self.matched + 1) / (max(self.offered, self.proposed) + 2)
+
+    @property
+    def judged_tokens(self) -> int:
+        """The evidence behind ``match_rate`` (current window)."""
+        return max(self.offered, self.proposed)
+
+    @property
+    def tokens_per_wait_s(self) -> float | None:
+        """Matched tokens per second of waiting for this peer's drafts (window); None before any."""
+        return self.matched / self.waited_s if self.waited_s > 0 else None
 
     @property
     def lifetime_match_rate(self) -> float:
@@ -81,7 +97,9 @@ class DrafterStats:
     def reset_window(self) -> None:
         """Start a fresh trial: forget the windowed match evidence and the failure streak."""
         self.proposed = 0
+        self.offered = 0
         self.matched = 0
+        self.waited_s = 0.0
         self.consecutive_failures = 0
 
 
@@ -165,12 +183,16 @@ class Registry:
 
     # -- outcomes --------------------------------------------------------------------------
 
-    def record_draft(self, peer_id: str, proposed: int, matched: int, latency_s: float | None) -> None:
-        """A draft of ``proposed`` tokens arrived in time, ``matched`` of them matched the target.
+    def record_draft(
+        self, peer_id: str, proposed: int, matched: int, latency_s: float | None, offered: int | None = None
+    ) -> None:
+        """A draft of ``proposed`` tokens arrived in time, ``matched`` of them matched the target;
+        ``offered`` is the round's γ (default ``proposed``): what the peer could have proposed.
         ``latency_s`` None: the draft was there before the round asked (an early draft), so it gives
         no latency sample and the EWMA stays as it was."""
         s = self.stats(peer_id)
         check_count("proposed", proposed)
+        offered = max(proposed, check_count("offered", offered) if offered is not None else proposed)
         check_count("matched", matched)
         if matched > proposed:
             raise MarketError(f"matched ({matched}) exceeds proposed ({proposed})")
@@ -182,7 +204,9 @@ class Registry:
             sample_ms = latency_s * 1000.0
             old_ms = sample_ms if s.latency_ms is None else s.latency_ms
             s.latency_ms = (1 - LATENCY_EWMA_ALPHA) * old_ms + LATENCY_EWMA_ALPHA * sample_ms
+            s.waited_s += latency_s
         s.rounds += 1
+        s.offered += offered
         s.proposed += proposed
         s.matched += matched
         s.lifetime_proposed += proposed

@@ -164,15 +164,15 @@ def test_never_matching_drafter_is_benched_retried_and_benched_longer(
     for _ in range(7):  # 56 < 64 tokens: no verdict yet, and it is still explored
         _draft(reg, policy, "bad", 8, 0)
         _draft(reg, policy, "good", 8, 6)
-    assert policy.select(reg, 2) == ["bad", "good"]
+    assert policy.select(reg, 2) == ["bad"]  # nothing judged yet: one untried peer per job
     _draft(reg, policy, "bad", 8, 0)  # 64 tokens, match rate 1/66 < 0.05
     _draft(reg, policy, "good", 8, 6)
     assert policy.eligible(reg) == ["good"] and policy.select(reg, 2) == ["good"]
     assert reg.stats("bad").benched_until == pytest.approx(clock() + 30.0)
     clock.advance(29.9)
     assert "bad" not in policy.select(reg, 2)
-    clock.advance(0.2)  # bench over: a fresh trial, explored first again
-    assert policy.select(reg, 2) == ["bad", "good"]
+    clock.advance(0.2)  # bench over: a fresh trial, in the one untried slot beside the judged peer
+    assert policy.select(reg, 2) == ["good", "bad"]
     assert reg.stats("bad").proposed == 0 and reg.stats("bad").lifetime_proposed == 64
     for _ in range(8):
         _draft(reg, policy, "bad", 8, 0)
@@ -243,10 +243,11 @@ def test_new_drafters_are_explored(reg: Registry, policy: Policy) -> None:
     for _ in range(10):
         _draft(reg, policy, "veteran", 8, 7)
     reg.upsert("newcomer", [])
-    assert policy.select(reg, 1) == ["newcomer"]
+    assert policy.select(reg, 1) == ["veteran"]  # one slot: the best judged drafter keeps it
+    assert policy.select(reg, 2) == ["veteran", "newcomer"]  # the untried slot
     assert policy.rank(reg, ["veteran", "newcomer"], explore=False) == ["veteran", "newcomer"]
     _draft(reg, policy, "newcomer", 8, 2)  # still unjudged: still explored
-    assert policy.select(reg, 1) == ["newcomer"]
+    assert policy.rank(reg, ["veteran", "newcomer"]) == ["newcomer", "veteran"]
     for _ in range(7):
         _draft(reg, policy, "newcomer", 8, 2)  # judged now (64 tokens, ~0.26): ranked on merit
     assert policy.select(reg, 2) == ["veteran", "newcomer"]
@@ -255,7 +256,7 @@ def test_new_drafters_are_explored(reg: Registry, policy: Policy) -> None:
 def test_ties_broken_by_peer_id(reg: Registry, policy: Policy) -> None:
     for peer in ["zeta", "alpha", "mike"]:
         reg.upsert(peer, [])
-    assert policy.select(reg, 3) == ["alpha", "mike", "zeta"]
+    assert policy.select(reg, 3) == ["alpha"]  # untried: one slot, ties by peer id
     for peer in ["zeta", "alpha", "mike"]:
         _draft(reg, policy, peer, 64, 32, 0.02)
     assert policy.rank(reg, ["zeta", "mike", "alpha"]) == ["alpha", "mike", "zeta"]

@@ -98,7 +98,8 @@ def test_mix_of_honest_and_hostile_drafters(portal, target, tmp_path, pair):
     drafters = [InProcessDrafter(portal, tmp_path, bootstrap, s) for s in ("honest", *HOSTILE)]
     try:
         wait_for_drafters(http, len(drafters))
-        for seed, prompt in enumerate(PROMPTS):
+        for seed in range(len(drafters) + 2):  # a job asks one untried drafter: every one gets its turn
+            prompt = PROMPTS[seed % len(PROMPTS)]
             answer = complete(http, prompt, seed=100 + seed, max_tokens=32)
             assert answer["specmarket"]["tokens"] == reference(pair, prompt, 100 + seed, 32)
         stats = http_json(f"{http}/health")["drafters"]
@@ -119,8 +120,11 @@ def test_a_drafter_slower_than_the_best_is_late_not_failed(portal, target, tmp_p
     http = target.lines["http"][0]
     bootstrap = target.lines["multiaddr"][0]
     fast = InProcessDrafter(portal, tmp_path, bootstrap, "honest")
-    behind = InProcessDrafter(portal, tmp_path, bootstrap, "slow", slow_ms=LATE_MS)
+    behind = None
     try:
+        wait_for_drafters(http, 1)
+        complete(http, PROMPTS[1], seed=6, max_tokens=48)  # the fast drafter is judged: a job keeps it
+        behind = InProcessDrafter(portal, tmp_path, bootstrap, "slow", slow_ms=LATE_MS)  # the untried slot
         wait_for_drafters(http, 2)
         answer = complete(http, PROMPTS[0], seed=5, max_tokens=32)
         assert answer["specmarket"]["tokens"] == reference(pair, PROMPTS[0], 5, 32)
@@ -131,7 +135,8 @@ def test_a_drafter_slower_than_the_best_is_late_not_failed(portal, target, tmp_p
         assert stats[fast.peer_id]["credited_tokens"] > 0
     finally:
         for d in (fast, behind):
-            d.stop()
+            if d is not None:
+                d.stop()
     for d in (fast, behind):
         wait_until_forgotten(http, d.peer_id)
 

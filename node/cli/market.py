@@ -42,6 +42,12 @@ def _add_target(sub) -> None:
     p.add_argument(
         "--max-drafters", type=int, help=f"drafters asked per job; 0 = plain decoding (default {d['max_drafters']})"
     )
+    p.add_argument(
+        "--wait-budget",
+        type=float,
+        help="share of a job that waiting for drafts that bought no token may cost before a job slower than "
+        f"plain decoding stops drafting; 0 = never stop (default {d['wait_budget']})",
+    )
     add_pair_option(p, d["pair"])
     add_kernel_option(p, d["kernel"])
     p.add_argument("--target-model", type=Path, help="local HF model directory (default: the pair's target)")
@@ -104,7 +110,7 @@ def _add_drafter(sub) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, help=f"honest, or a hostile behaviour (default {d['strategy']})")
     p.add_argument("--data-dir", type=Path, help=f"identity key (default {d['data_dir']})")
     p.add_argument("--listen", help=f"libp2p listen multiaddr (default {d['listen']})")
-    p.add_argument("--slow-ms", type=int, help=f"delay of the slow strategy (default {d['slow_ms']})")
+    p.add_argument("--slow-ms", type=int, help=f"delay of the slow and stall strategies (default {d['slow_ms']})")
     p.add_argument("--seed", type=int, help=f"seed of the random/flaky strategies (default {d['seed']})")
     p.add_argument("--threads", type=int, help=f"torch threads for drafting (default {d['threads']})")
     p.add_argument(

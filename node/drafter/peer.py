@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from dataclasses import replace
 
 import trio
 from libp2p.abc import IHost, INetStream
@@ -125,6 +126,11 @@ class DrafterNode:
     async def _send(self, fs: FrameStream, session: DraftSession, step: Step) -> None:
         b = session.behaviour
         draft, since = session.draft_for(step)
+        if b.empty:  # stall: no early drafts, and every answer empty, just before the deadline
+            if step.kind is Kind.EARLY:
+                session.mark_sent(draft, since, time.perf_counter())
+                return
+            draft = replace(draft, tokens=())
         if b.delay_s:
             await trio.sleep(b.delay_s)  # slow: the state may move on meanwhile; the draft goes out stale
         if b.forge_basis:

@@ -19,7 +19,7 @@ from verifier.model import LanguageModel
 from verifier.proposal import MAX_GAMMA
 from verifier.proposers import PROPOSERS, build_proposer
 
-STRATEGIES = ("honest", "random", "adversarial", "lying", "slow", "garbage", "flaky", "forged", "flood")
+STRATEGIES = ("honest", "random", "adversarial", "lying", "slow", "stall", "garbage", "flaky", "forged", "flood")
 DEFAULT_SLOW_MS = 1000  # well past the target's default draft deadline
 FLAKY_MAX_DRAFTS = 3  # a flaky drafter drops its connection after 1..3 drafts
 FLOOD_COPIES = 4  # a flooding drafter sends every draft this often (the target allows 2 per message)
@@ -34,6 +34,7 @@ class Behaviour:
     drop_after: int | None = None  # flaky: close the connection after this many drafts
     forge_basis: bool = False  # forged: empty answers; early drafts whose basis names a token not emitted
     copies: int = 1  # flood: send every draft this many times
+    empty: bool = False  # stall: answer every round with an empty draft (after delay_s: just in time)
 
 
 def make_proposer(strategy: str, model: LanguageModel, tokenizer, rng_seed: int) -> Proposer:
@@ -49,6 +50,8 @@ def make_proposer(strategy: str, model: LanguageModel, tokenizer, rng_seed: int)
 def make_behaviour(strategy: str, rng: random.Random, slow_ms: int = DEFAULT_SLOW_MS) -> Behaviour:
     if strategy == "slow":
         return Behaviour(delay_s=slow_ms / 1000)
+    if strategy == "stall":
+        return Behaviour(delay_s=slow_ms / 1000, empty=True)
     if strategy == "garbage":
         return Behaviour(garbage=True)
     if strategy == "flaky":

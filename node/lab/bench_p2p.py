@@ -96,8 +96,14 @@ def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_d
     from node.target.node import TargetNode
 
     logging.getLogger("libp2p").setLevel(logging.CRITICAL)  # its ERRORs about hostile peers are expected here
+    # wait_budget 0: the benchmark measures speculation as such, not the market's fallback to plain decoding
     tcfg = TargetConfig(
-        http="127.0.0.1:0", data_dir=data_dir, gamma=cfg.gamma, draft_deadline_ms=cfg.draft_deadline_ms, pair=cfg.pair
+        http="127.0.0.1:0",
+        data_dir=data_dir,
+        gamma=cfg.gamma,
+        draft_deadline_ms=cfg.draft_deadline_ms,
+        pair=cfg.pair,
+        wait_budget=0.0,
     )
     node = TargetNode(tcfg, pair)
     info, _ = loop.start(node.run)

@@ -170,9 +170,10 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair:
     step(f"starting 4 bonded targets and {len(referees)} referee processes (each loads its models: about a minute)")
     spec, plain, cheat_spec, cheat_plain, *referee_nodes = group.start_all(
         [
-            partial(target, "--max-drafters", "4", name="target-spec"),
+            # --wait-budget 0: the demo measures speculation as such, not the market's fallback to plain
+            partial(target, "--max-drafters", "4", "--wait-budget", "0", name="target-spec"),
             partial(target, "--max-drafters", "0", name="target-plain"),
-            partial(target, "--max-drafters", "4", *cheat, name="target-cheat-spec"),
+            partial(target, "--max-drafters", "4", "--wait-budget", "0", *cheat, name="target-cheat-spec"),
             partial(target, "--max-drafters", "0", *cheat, name="target-cheat-plain"),
             *referees,
         ]

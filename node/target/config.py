@@ -17,6 +17,7 @@ from node.chain.keys import OPERATOR_KEY_FILE
 from node.kernels import DEFAULT_KERNEL, KERNELS
 from node.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
+from node.target.rounds import WAIT_BUDGET_SHARE
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
 from verifier.proposal import DEFAULT_GAMMA, MAX_GAMMA
@@ -37,6 +38,9 @@ class TargetConfig:
     gamma: int = DEFAULT_GAMMA  # draft tokens per round
     draft_deadline_ms: float = DEFAULT_DEADLINE_MS  # the longest wait for drafts per round
     max_drafters: int = 4  # drafters asked per job; 0 = plain decoding
+    # share of a job that wasted waiting for drafts may cost before a job slower than plain decoding
+    # stops drafting (node.target.rounds); 0 turns the budget off (the lab measures speculation as such)
+    wait_budget: float = WAIT_BUDGET_SHARE
     # 32 tokens judge a drafter: an honest one (per-token match ~0.5-0.7) matches nothing in 8 rounds
     # with probability ~0.3^8 < 1e-4, while a useless one costs half a 64-token trial
     judge_after_tokens: int = 32
@@ -60,6 +64,8 @@ class TargetConfig:
             raise InvalidParams(
                 f"--draft-deadline-ms must be in (0, {MAX_DEADLINE_MS:.0f}], got {self.draft_deadline_ms}"
             )
+        if not 0 <= self.wait_budget < 1:
+            raise InvalidParams(f"--wait-budget must be in [0, 1), got {self.wait_budget}")
         if not 0 <= self.max_drafters <= MAX_DRAFTERS:
             raise InvalidParams(f"--max-drafters must be in [0, {MAX_DRAFTERS}], got {self.max_drafters}")
         if self.cheat is not Cheat.NONE and not self.chain:

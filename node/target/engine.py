@@ -223,6 +223,7 @@ class TimedModel:
         self.model = model
         self.vocab_size = model.vocab_size
         self.pass_seconds: list[float] = []
+        self.pass_widths: list[int] = []  # positions scored by each pass (the first also prefills)
 
     def cached(self) -> Sequence[int]:
         return self.model.cached()
@@ -233,6 +234,12 @@ class TimedModel:
             return self.model.extend(tokens)
         finally:
             self.pass_seconds.append(time.perf_counter() - started)
+            self.pass_widths.append(len(tokens))
+
+    def plain_pass_s(self) -> float | None:
+        """The median one-position pass after the prefill (a plain decoding step), None before one."""
+        single = sorted(s for s, w in zip(self.pass_seconds[1:], self.pass_widths[1:], strict=True) if w == 1)
+        return single[len(single) // 2] if single else None
 
     def rollback(self, n: int) -> None:
         self.model.rollback(n)
@@ -300,6 +307,8 @@ class Engine:
         if self.cheat is Cheat.DRAFT_MODEL:  # the cheap model answers, the receipt will claim the target
             target, proposer = TimedModel(self.pair.draft.fork()), None
         timer.append(target)
+        if proposer is not None and hasattr(proposer, "watch_passes"):
+            proposer.watch_passes(target)  # the market's wait budget compares against plain passes
         if self.cheat is Cheat.FLIP_TOKEN and on_token is not None:
             on_token = self._flipping(on_token, spec.max_tokens // 2)
         if proposer is not None and self.observers:

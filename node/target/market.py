@@ -15,7 +15,7 @@ from libp2p.peer.id import ID
 from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
-from node.target.rounds import MarketProposer, RemoteSession
+from node.target.rounds import WAIT_BUDGET_SHARE, MarketProposer, RemoteSession
 from p2p.discovery import Registration
 from p2p.framing import FrameStream
 from p2p.messages import DRAFT_PROTOCOL_ID, TO_TARGET
@@ -41,9 +41,10 @@ class MarketDrafting:
         deadline_s: float,
         max_drafters: int,
         vocab_size: int,
+        wait_budget: float = WAIT_BUDGET_SHARE,
     ) -> None:
         self.host, self.registry, self.policy, self.ledger = host, registry, policy, ledger
-        self.deadline_s, self.max_drafters = deadline_s, max_drafters
+        self.deadline_s, self.max_drafters, self.wait_budget = deadline_s, max_drafters, wait_budget
         self.vocab_size = vocab_size
         self.in_jobs: dict[str, int] = {}  # peer -> jobs it is drafting for now
         self.gone: set[str] = set()  # withdrawn while in a job: forget when the job ends
@@ -103,6 +104,7 @@ class MarketDrafting:
             seed=seed,
             gamma=gamma,
             deadline_s=self.deadline_s,
+            wait_budget=self.wait_budget,
             registry=self.registry,
             policy=self.policy,
         )

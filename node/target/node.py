@@ -121,6 +121,7 @@ class TargetNode:
                 self.ledger,
                 deadline_s=cfg.draft_deadline_ms / 1000,
                 max_drafters=cfg.max_drafters,
+                wait_budget=cfg.wait_budget,
                 vocab_size=self.pair.target.vocab_size,
             )
             self.engine = Engine(

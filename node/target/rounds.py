@@ -43,6 +43,10 @@ SEND_TIMEOUT_S = 1.0
 IDLE_READ_TIMEOUT_S = 600.0  # the reader waits for drafts for as long as the job lives
 MAX_MISSES_PER_JOB = 2  # consecutive missed deadlines before a session is dropped for the job
 MAX_DRAFTS_PER_MESSAGE = 2  # an answer and one early draft per open/advance; more is flooding
+# Wasted waiting for drafts may cost at most this share of a job's time (and one deadline) unless
+# the job still beats plain decoding; past it the job decodes alone (MarketProposer._over_budget).
+WAIT_BUDGET_SHARE = 0.05
+MIN_BUDGET_ROUNDS = 1  # rounds of evidence before the budget can stop a job's drafting
 
 
 @dataclass
@@ -72,6 +76,7 @@ class RemoteSession:
 class RoundState:
     k: int = -1  # k of the round in flight
     context: Sequence[int] = ()  # prompt + the tokens emitted before k, when the round was asked for
+    gamma: int = 0  # the round's γ: what each drafter could have proposed
     chosen: str | None = None  # peer whose draft was verified in the round in flight
     closed: bool = False  # the draft was chosen; later arrivals are misses (deadline) or late (early close)
     changed: trio.Event = field(default_factory=trio.Event)
@@ -101,8 +106,10 @@ class MarketProposer:
         deadline_s: float,
         registry: Registry,
         policy: Policy,
+        wait_budget: float = WAIT_BUDGET_SHARE,
     ) -> None:
         self.sessions = sessions
+        self.wait_budget = wait_budget  # 0: never stop waiting (see _over_budget)
         self.job, self.params, self.seed, self.gamma = job, params, seed, gamma
         self.deadline_s = deadline_s
         self.registry, self.policy = registry, policy
@@ -110,10 +117,20 @@ class MarketProposer:
         self.wait_s = 0.0  # time the decode loop spent in propose(): sending, waiting for drafts
         self.rounds = 0
         self.empty_rounds = 0  # rounds with no usable draft (deadline passed, or no drafter left)
+        self.started = time.perf_counter()
+        self.wasted_s = 0.0  # waiting in rounds whose draft gave no accepted token (or that had none)
+        self.last_wait_s = 0.0  # the wait of the round in flight, judged wasted or not when it settles
+        self.stopped_at: int | None = None  # the round from which the job decodes alone (the budget)
+        self.passes = None  # the job's TimedModel, once the engine hands it over (watch_passes)
+        self.prompt_len: int | None = None
+        self.emitted = 0  # tokens emitted so far
         self.drafts = DraftTiming()  # round trips, the drafters' reported time, early hits and stale ones
 
     # -- called from the worker thread ------------------------------------------------------
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int):
+        if self.stopped_at is not None:  # the wait budget stopped drafting: no hop into the loop
+            self.rounds, self.empty_rounds, self.emitted = self.rounds + 1, self.empty_rounds + 1, start
+            return EMPTY
         return trio.from_thread.run(self._round, list(context), start, gamma)
 
     # -- trio side ----------------------------------------------------------------------------
@@ -125,8 +142,15 @@ class MarketProposer:
 
     async def _round(self, context: list[int], k: int, gamma: int) -> Proposal:
         started = time.perf_counter()
+        self.prompt_len = len(context) - k if self.prompt_len is None else self.prompt_len
+        self.emitted = k
         self._settle(context)
-        self.round = RoundState(k=k, context=context)
+        if self.stopped_at is not None or self._over_budget(started, k) is not False:
+            self.round = RoundState()
+            self.rounds += 1
+            self.empty_rounds += 1
+            return EMPTY
+        self.round = RoundState(k=k, context=context, gamma=gamma)
         self._promote_early(k, context)
         live = self.live()
         async with trio.open_nursery() as nursery:
@@ -135,8 +159,9 @@ class MarketProposer:
         ranked = self.policy.rank(self.registry, [s.peer_id for s in self.live()], explore=False)
         deadline_passed = await self._wait_for_drafts(ranked)
         proposal = self._choose(ranked, gamma, deadline_passed)
-        self.wait_s += time.perf_counter() - started
-        self.drafts.waited(time.perf_counter() - started)
+        self.last_wait_s = time.perf_counter() - started
+        self.wait_s += self.last_wait_s
+        self.drafts.waited(self.last_wait_s)
         self.rounds += 1
         self.empty_rounds += not proposal.tokens
         return proposal
@@ -214,6 +239,7 @@ class MarketProposer:
         if r.k < 0:
             return
         emitted = context[len(r.context) :]  # every pending draft starts at r.k: measured at its own positions
+        useful = False
         for session in self.sessions:
             if session.pending is None:
                 continue
@@ -221,14 +247,55 @@ class MarketProposer:
             session.pending = None
             matched = common_prefix(draft.tokens, emitted)
             session.proposed += len(draft.tokens)
-            self.registry.record_draft(session.peer_id, len(draft.tokens), matched, latency)
+            self.registry.record_draft(session.peer_id, len(draft.tokens), matched, latency, offered=r.gamma)
             if session.peer_id == r.chosen:
+                useful = matched > 0
                 session.accepted += matched
                 self.registry.record_accepted(session.peer_id, matched)
             self.policy.update(self.registry, session.peer_id)
             if session.alive and self.policy.is_benched(self.registry.stats(session.peer_id)):
                 session.kill("benched by the market policy")
                 log.info("job %s: drafter %s benched; not asking it again", self.job, session.peer_id)
+        if not useful:
+            self.wasted_s += self.last_wait_s
+
+    def watch_passes(self, passes) -> None:
+        """The job's timed target (``TimedModel``): its prefill and one-position pass times."""
+        self.passes = passes
+
+    def _over_budget(self, now: float, k: int) -> bool | None:
+        """Has wasted waiting (in rounds whose draft gave no accepted token) cost more than half a
+        deadline plus WAIT_BUDGET_SHARE of the job's time, while the job runs slower than
+        plain decoding would? Plain decoding's time for the k tokens emitted so far is the prefill
+        plus k one-position passes, measured on this job's own target (None: no such pass yet, so
+        this round is decoded alone to measure one, which never costs more than plain decoding).
+        True: the job stops asking for drafts, for good. A drafter that answers every round with
+        nothing, just before the deadline, then costs about one deadline and this share."""
+        elapsed = now - self.started
+        allowance = self.wait_budget * elapsed + self.deadline_s / 2  # a share, and half a round of trial
+        if not self.wait_budget or self.rounds < MIN_BUDGET_ROUNDS or self.wasted_s <= allowance or self.passes is None:
+            return False
+        plain_pass_s = self.passes.plain_pass_s()
+        if plain_pass_s is None:
+            return None  # probe: one round alone
+        plain_s = self.passes.pass_seconds[0] + k * plain_pass_s
+        if elapsed <= plain_s:
+            return False
+        self.stopped_at = self.rounds
+        log.info(
+            "job %s: %d tokens took %.3f s with drafts (%.3f s of waiting); plain decoding would take about "
+            "%.3f s: decoding alone from round %d",
+            self.job, k, elapsed, self.wait_s, plain_s, self.rounds,
+        )  # fmt: skip
+        return True
+
+    def _plain_estimate(self) -> float:
+        """What plain decoding would have taken for this job's tokens: its prefill plus one measured
+        one-position pass per token (0 without such a pass)."""
+        plain_pass_s = self.passes.plain_pass_s() if self.passes is not None else None
+        if plain_pass_s is None:
+            return 0.0
+        return self.passes.pass_seconds[0] + plain_pass_s * self.emitted
 
     def timing(self) -> dict[str, float | int]:
         """Drafting overheads of this job, for the response's stats."""
@@ -237,12 +304,17 @@ class MarketProposer:
             "draft_empty_rounds": self.empty_rounds,
             "draft_wait_seconds": round(self.wait_s, 4),
             "draft_wait_ms_per_round": round(1000 * self.wait_s / self.rounds, 3) if self.rounds else 0.0,
+            "draft_wasted_wait_seconds": round(self.wasted_s, 4),
+            "plain_estimate_seconds": round(self._plain_estimate(), 4),
+            "draft_budget_stopped_at_round": -1 if self.stopped_at is None else self.stopped_at,
             **self.drafts.stats(),
         }
 
     def finish(self, context: Sequence[int]) -> dict[str, int]:
         """Settle the last round against the final output; per-drafter accepted tokens."""
         self._settle(context)
+        if self.prompt_len is not None:
+            self.emitted = len(context) - self.prompt_len
         self.round = RoundState()
         return {s.peer_id: s.accepted for s in self.sessions if s.accepted}
 

@@ -1,0 +1,148 @@
+"""Hostile drafters cannot slow a job by more than the bound (issue: hardening).
+
+The attack: a drafter that answers every round with an *empty* draft just before the deadline.
+It proposed no tokens, so it was never judged: it kept its exploration score and was always asked,
+and four such identities shut honest drafters out, every token then costing a plain pass plus the
+deadline. Now:
+
+- an empty or short draft counts as the γ tokens the round offered, so the stalling peer is judged
+  (and benched) like one that proposes nothing useful;
+- a job asks at most one untried peer, beside the best judged ones;
+- a job stops waiting for drafts once waiting has cost WAIT_BUDGET_SHARE of its time without
+  paying for itself.
+
+Each job-level test bounds the waiting that bought no token by a tenth of the job's wall time: for
+stallers alone no draft token is accepted, so such a job is plain decoding plus that waiting, and
+the bound is the issue's "≥ 0.9× plain decoding". The side-by-side ratio against the same requests
+decoded plainly on the same target once the drafters are gone (medians) is printed, not asserted:
+on this 2-core machine two runs of the same job differ by up to 20 %. Jobs are 320 tokens, so the
+half deadline of trial a staller gets is a few percent of a job, as 100 ms is on the real target. Against a real target
+process with real drafter peers on loopback.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from market.policy import Policy, PolicyConfig
+from market.registry import Registry
+from tests import netutil
+from tests.netutil import complete, http_json, start_drafter, start_target, wait_for_drafters
+
+DEADLINE_MS = 60
+STALL_MS = 50  # just under the deadline
+MAX_TOKENS = 320  # long enough that one deadline is a few percent of the job, as on a real target
+PROMPT = "def parse_args(argv):\n"
+STALLERS = 4
+REPEATS = 3
+BOUND = 0.9  # the issue's: hostile drafters cost at most a tenth of a job
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    deadline = ("--draft-deadline-ms", str(DEADLINE_MS))
+    node = start_target(tmp_path_factory.mktemp("budget"), *deadline, "--max-drafters", "8")
+    yield node
+    assert node.stop() == 0, node.log()[-3000:]
+
+
+def _stallers(portal, tmp_path, target) -> list:
+    bootstrap = target.lines["multiaddr"][0]
+    return [
+        netutil.InProcessDrafter(portal, tmp_path, bootstrap, "stall", name=f"stall{i}", slow_ms=STALL_MS)
+        for i in range(STALLERS)
+    ]
+
+
+def _jobs(http: str, seeds) -> list[dict]:
+    return [complete(http, PROMPT, seed=s, max_tokens=MAX_TOKENS)["specmarket"] for s in seeds]
+
+
+def _median_wall(jobs: list[dict]) -> float:
+    walls = sorted(job["stats"]["wall_seconds"] for job in jobs)
+    return walls[len(walls) // 2]
+
+
+def _plain_wall(http: str) -> float:
+    """Plain decoding of the same requests on the same target, once no drafter is left."""
+    deadline = time.monotonic() + 30
+    while http_json(f"{http}/health")["drafters"]:
+        assert time.monotonic() < deadline, "drafters still listed"
+        time.sleep(0.1)
+    plain = _jobs(http, range(REPEATS))
+    assert all(job["stats"]["draft_tokens_proposed"] == 0 for job in plain)
+    return _median_wall(plain)
+
+
+def _report(label: str, jobs: list[dict], plain_s: float) -> float:
+    ratio = plain_s / _median_wall(jobs)
+    stops = [job["stats"]["draft_budget_stopped_at_round"] for job in jobs]
+    wasted = [job["stats"]["draft_wasted_wait_seconds"] for job in jobs]
+    print(f"{label}: {ratio:.2f}x plain decoding ({plain_s:.3f} s median); budget stopped at rounds {stops}")
+    print(f"{label}: wasted waiting {wasted} s")
+    return ratio
+
+
+def test_stalling_drafters_alone_cost_at_most_a_tenth_succeeds(portal, target, tmp_path):
+    http = target.lines["http"][0]
+    stallers = _stallers(portal, tmp_path, target)
+    try:
+        wait_for_drafters(http, STALLERS)
+        jobs = _jobs(http, range(REPEATS))
+    finally:
+        for d in stallers:
+            d.stop()
+    assert all(job["stats"]["draft_budget_stopped_at_round"] >= 0 for job in jobs)  # each stopped waiting
+    assert all(job["stats"]["draft_tokens_accepted"] == 0 for job in jobs)
+    _report("stallers alone", jobs, _plain_wall(http))
+    for job in jobs:  # no draft token was accepted: the job is plain decoding plus its waiting
+        assert job["stats"]["draft_wait_seconds"] <= (1 - BOUND) * job["stats"]["wall_seconds"], job["stats"]
+
+
+def test_stalling_drafters_beside_an_honest_one_cost_at_most_a_tenth_succeeds(portal, target, tmp_path):
+    http = target.lines["http"][0]
+    honest = start_drafter(tmp_path, target.lines["multiaddr"][0], "honest", "honest")  # its own process
+    stallers = _stallers(portal, tmp_path, target)
+    try:
+        wait_for_drafters(http, STALLERS + 1)
+        jobs = _jobs(http, range(REPEATS + STALLERS))  # every staller gets its untried slot once
+        rows = http_json(f"{http}/health")["drafters"]
+    finally:
+        for d in [honest, *stallers]:
+            d.stop()
+    honest_id = honest.lines["multiaddr"][0].rsplit("/", 1)[-1]
+    assert rows[honest_id]["lifetime_proposed"] > 0  # the honest drafter was asked, beside the stallers
+    _report("stallers beside an honest drafter", jobs[-REPEATS:], _plain_wall(http))
+    for job in jobs:  # waiting that bought no token (the stallers' rounds, and the honest misses)
+        assert job["stats"]["draft_wasted_wait_seconds"] <= (1 - BOUND) * job["stats"]["wall_seconds"], job["stats"]
+
+
+def test_an_empty_draft_counts_as_the_tokens_it_did_not_offer_succeeds():
+    """A peer answering 16 rounds of γ = 4 with nothing is judged (64 offered tokens) and benched;
+    it used to stay unjudged forever with proposed = 0."""
+    now = [0.0]
+    registry, policy = Registry(clock=lambda: now[0]), Policy(PolicyConfig(), clock=lambda: now[0])
+    registry.upsert("staller", ["/ip4/127.0.0.1/tcp/1"])
+    for _ in range(16):
+        registry.record_draft("staller", 0, 0, 0.095, offered=4)
+        policy.update(registry, "staller")
+    stats = registry.stats("staller")
+    assert policy.is_benched(stats) and "offered tokens" in stats.bench_reason
+
+
+def test_a_job_asks_at_most_one_untried_peer_beside_the_best_judged_succeeds():
+    registry, policy = Registry(), Policy(PolicyConfig())
+    for peer in ("good", "new1", "new2", "new3", "new4"):
+        registry.upsert(peer, [])
+    for _ in range(20):
+        registry.record_draft("good", 4, 3, 0.01, offered=4)  # judged: 80 offered tokens
+    assert policy.select(registry, 5) == ["good", "new1"]
+    assert policy.select(registry, 1) == ["good"]
+    registry.record_job("new1")
+    assert policy.select(registry, 5) == ["good", "new2"]  # the least tried goes next
+    fresh = Registry()
+    for peer in ("a", "b", "c"):
+        fresh.upsert(peer, [])
+    assert len(policy.select(fresh, 3)) == 1  # nothing judged yet: one untried peer per job
