@@ -23,6 +23,25 @@ def portal():
     loop.close()
 
 
+@pytest.fixture(scope="module")
+def attacker(portal):
+    """One Noise host in the portal's loop that sends hostile frames."""
+    import trio
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from p2p.host import make_host, parse_listen
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        host = make_host(create_new_key_pair())
+        async with host.run(listen_addrs=[parse_listen("/ip4/127.0.0.1/tcp/0")]):
+            task_status.started(host)
+            await trio.sleep_forever()
+
+    host, stop = portal.start(run)
+    yield host
+    stop()
+
+
 @pytest.fixture(scope="session")
 def chain(tmp_path_factory):
     """A real anvil (from npm) on a free loopback port with SpecmarketBond deployed (defaults as

@@ -17,7 +17,6 @@ import urllib.request
 import msgpack
 import pytest
 import trio
-from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.utils.varint import encode_uvarint
 
@@ -26,7 +25,7 @@ from node.chain.receipts import ReceiptError
 from node.cli.options import ConfigError, load_section
 from node.safe_json import MAX_JSON_DEPTH, TooDeep, loads, nesting_depth
 from p2p.framing import FrameStream
-from p2p.host import make_host, parse_listen, parse_peer_addr
+from p2p.host import parse_peer_addr
 from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, MAX_FRAME_BYTES, TO_CLIENT, TO_TARGET, Draft, Open
 from p2p.messages import Error as ErrorFrame
 from tests import netutil
@@ -79,19 +78,6 @@ def _deep_frame(body: dict, field: str) -> bytes:
     assert head.endswith(b"\xc0")
     frame = head[:-1] + b"\x91" * FRAME_DEPTH + b"\xc0"  # fixarray of one element, FRAME_DEPTH times
     return encode_uvarint(len(frame)) + frame
-
-
-@pytest.fixture(scope="module")
-def attacker(portal):
-    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        host = make_host(create_new_key_pair())
-        async with host.run(listen_addrs=[parse_listen("/ip4/127.0.0.1/tcp/0")]):
-            task_status.started(host)
-            await trio.sleep_forever()
-
-    host, stop = portal.start(run)
-    yield host
-    stop()
 
 
 def test_deeply_nested_generate_frame_gets_an_error_frame_and_the_target_keeps_serving_succeeds(

@@ -158,21 +158,6 @@ async def _attack(host, peer: str, protocol: str, wire: bytes) -> None:
             pass  # a reset is a drop too
 
 
-@pytest.fixture(scope="module")
-def attacker(portal):
-    """One Noise host in the portal's loop that sends the hostile frames."""
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        host = make_host(create_new_key_pair())
-        async with host.run(listen_addrs=[parse_listen("/ip4/127.0.0.1/tcp/0")]):
-            task_status.started(host)
-            await trio.sleep_forever()
-
-    host, stop = portal.start(run)
-    yield host
-    stop()
-
-
 def send_all(portal, host, peer: str, protocol: str, wires: list[bytes]) -> None:
     async def go() -> None:
         await host.connect(parse_peer_addr(peer))
