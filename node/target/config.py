@@ -17,7 +17,6 @@ from node.chain.keys import OPERATOR_KEY_FILE
 from node.kernels import DEFAULT_KERNEL, KERNELS
 from node.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
-from node.target.rounds import WAIT_BUDGET_SHARE
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
 from verifier.proposal import DEFAULT_GAMMA, MAX_GAMMA
@@ -28,6 +27,11 @@ if TYPE_CHECKING:
 MAX_DRAFTERS = 64
 MAX_DEADLINE_MS = 60_000.0
 DEFAULT_HTTP = "127.0.0.1:8000"
+
+
+# Wasted waiting for drafts may cost at most this share of a job's time (and half a deadline) unless
+# the job still beats plain decoding; past it the job decodes alone (rounds.MarketProposer._over_budget).
+WAIT_BUDGET_SHARE = 0.05
 
 
 @dataclass(frozen=True)

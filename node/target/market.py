@@ -15,7 +15,8 @@ from libp2p.peer.id import ID
 from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
-from node.target.rounds import WAIT_BUDGET_SHARE, MarketProposer, RemoteSession
+from node.target.config import WAIT_BUDGET_SHARE
+from node.target.rounds import MarketProposer, RemoteSession
 from p2p.discovery import Registration
 from p2p.framing import FrameStream
 from p2p.messages import DRAFT_PROTOCOL_ID, TO_TARGET

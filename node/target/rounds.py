@@ -30,6 +30,7 @@ import trio
 
 from market.policy import Policy
 from market.registry import Registry
+from node.target.config import WAIT_BUDGET_SHARE
 from node.target.draft_timing import DraftTiming
 from p2p.framing import FrameStream, StreamFailed
 from p2p.messages import Advance, Draft, InvalidMessage, Open
@@ -43,9 +44,6 @@ SEND_TIMEOUT_S = 1.0
 IDLE_READ_TIMEOUT_S = 600.0  # the reader waits for drafts for as long as the job lives
 MAX_MISSES_PER_JOB = 2  # consecutive missed deadlines before a session is dropped for the job
 MAX_DRAFTS_PER_MESSAGE = 2  # an answer and one early draft per open/advance; more is flooding
-# Wasted waiting for drafts may cost at most this share of a job's time (and one deadline) unless
-# the job still beats plain decoding; past it the job decodes alone (MarketProposer._over_budget).
-WAIT_BUDGET_SHARE = 0.05
 MIN_BUDGET_ROUNDS = 1  # rounds of evidence before the budget can stop a job's drafting
 
 
