@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 MAX_PEER_ID_LEN = 128
 LATENCY_EWMA_ALPHA = 0.2  # weight of the newest latency sample
+BUSY_BACKOFF_S = 5.0  # a drafter that refused a session (full) is not asked again this soon
 
 
 class MarketError(SpecmarketError, ValueError):
@@ -56,10 +57,12 @@ class DrafterStats:
     timeouts: int = 0  # rounds that reached the deadline without the peer's draft (a failure)
     late: int = 0  # rounds closed early, on a better-ranked peer's draft, before this one's arrived (no failure)
     errors: int = 0  # protocol violations, dropped streams
+    refusals: int = 0  # sessions it refused because it was full: no failure, only a short busy back-off
     jobs: int = 0
     latency_ms: float | None = None  # EWMA (alpha 0.2) of the draft round trip; None until a sample
     consecutive_failures: int = 0  # timeouts + errors since the last in-time draft
     benched_until: float = 0.0  # clock time before which the peer is not asked
+    busy_until: float = 0.0  # clock time before which a peer that refused (full) is not asked
     bench_count: int = 0  # how many times it has been benched (drives the backoff)
     bench_reason: str = ""
     last_error: str = ""
@@ -235,6 +238,20 @@ class Registry:
         s.last_error = str(reason)[:200]
         log.debug("drafter %s error: %s", peer_id, s.last_error)
 
+    def record_refusal(self, peer_id: str, reason: str, busy_s: float = BUSY_BACKOFF_S) -> None:
+        """The peer refused a session because it is full: neither an error nor a failure (nothing
+        that benches it or lowers its score); it is only left alone for ``busy_s``."""
+        if not math.isfinite(busy_s) or busy_s < 0:
+            raise MarketError(f"busy_s must be finite and >= 0, got {busy_s!r}")
+        s = self.stats(peer_id)
+        s.refusals += 1
+        s.busy_until = self._clock() + busy_s
+        log.debug("drafter %s refused a session: %s", peer_id, str(reason)[:200])
+
+    def is_busy(self, peer_id: str) -> bool:
+        """Did the peer refuse a session (full) less than its back-off ago?"""
+        return self.stats(peer_id).busy_until > self._clock()
+
     def record_job(self, peer_id: str) -> None:
         """The peer took part in one more job."""
         self.stats(peer_id).jobs += 1
@@ -254,6 +271,7 @@ class Registry:
             info, s = self._info[peer_id], self._stats[peer_id]
             row = asdict(s)
             row.pop("benched_until")
+            row.pop("busy_until")
             row.update(
                 addrs=list(info.addrs),
                 seen_ago_s=round(now - info.last_seen, 3),
@@ -263,6 +281,7 @@ class Registry:
                 latency_ms=None if s.latency_ms is None else round(s.latency_ms, 3),
                 benched=s.benched_until > now,
                 bench_remaining_s=round(max(0.0, s.benched_until - now), 3),
+                busy=s.busy_until > now,
             )
             out[peer_id] = row
         return out

@@ -1,5 +1,5 @@
 """Process runtime shared by every long-running role and by the lab: data directories, logging
-set-up, the start-up heap freeze, and signal handling.
+set-up, the start-up heap freeze, signal handling, and holding a port until its server binds.
 
 It belongs to no role: the CLI calls it to run a node, the lab calls it to run its children and
 its own timed work, and product code may call it; it imports nothing of the project but the root
@@ -12,13 +12,16 @@ import gc
 import logging
 import os
 import signal
+import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import trio
+
+from verifier.errors import SpecmarketError
 
 log = logging.getLogger(__name__)
 
@@ -60,27 +63,57 @@ Service = Callable[..., Awaitable[Any]]  # run(*, task_status) -> None, reports 
 async def serve_until_signalled(
     run: Service, announce: Callable[[Any], None], request_stop: Callable[[], None] | None = None
 ) -> None:
-    """Run ``run`` until SIGINT/SIGTERM; ``announce(info)`` prints where it serves. On a signal,
-    ``request_stop()`` (if given) gets GRACE_S to wind down before everything is cancelled."""
-    async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            done = trio.Event()
+    """Run ``run`` until SIGINT/SIGTERM, or until it returns; ``announce(info)`` prints where it
+    serves. A signal is honoured at every stage: during start-up (a drafter retrying an unreachable
+    target, a target bonding) it cancels at once; once started, ``request_stop()`` (if given) gets
+    GRACE_S to wind down before everything is cancelled."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            done, ready = trio.Event(), trio.Event()
 
             async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 await run(task_status=task_status)
                 done.set()
+                nursery.cancel_scope.cancel()
 
-            info = await nursery.start(serve)
-            freeze_startup_heap()
-            announce(info)
+            async def start() -> None:
+                info = await nursery.start(serve)
+                freeze_startup_heap()
+                announce(info)
+                ready.set()
+
+            nursery.start_soon(start)
             async for signum in signals:
                 log.info("received %s; shutting down", signal.Signals(signum).name)
-                if request_stop is not None:
+                if request_stop is not None and ready.is_set():
                     request_stop()
                     with trio.move_on_after(GRACE_S):
                         await done.wait()
                 nursery.cancel_scope.cancel()
                 break
+
+
+class PortInUse(SpecmarketError):
+    """A HOST:PORT this process was told to serve on cannot be bound (taken, or not this machine's)."""
+
+
+@asynccontextmanager
+async def holding_port(host: str, port: int, what: str) -> AsyncIterator[socket.socket]:
+    """Bind ``host:port`` (without listening) and hold it, so that a port someone else has fails a
+    start before anything irrevocable (a node bonding on chain); close the socket right before the
+    real server binds. Bound with SO_REUSEADDR, as servers bind: a port in TIME_WAIT is free."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise PortInUse(f"cannot serve {what} on {host}:{port}: {exc}") from None
+    with sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise PortInUse(f"cannot serve {what} on {host}:{port}: {exc.strerror or exc}") from None
+        yield sock
 
 
 @contextmanager

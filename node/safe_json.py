@@ -35,8 +35,9 @@ def nesting_depth(raw: bytes | str) -> int:
     anyway, so the bound holds for any input, valid or not.
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
-    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:
-        return data.count(b"[") + data.count(b"{")  # cannot be deeper than the number of openers
+    openers = data.count(b"[") + data.count(b"{")
+    if openers <= MAX_JSON_DEPTH:
+        return openers  # cannot be deeper than the number of openers
     brackets = np.frombuffer(_NOT_BRACKET.sub(b"", _STRING.sub(b"", data)), dtype=np.uint8)
     steps = np.where(np.isin(brackets, _OPEN), 1, -1)
     return int(np.cumsum(steps).max(initial=0))

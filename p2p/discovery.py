@@ -3,21 +3,36 @@
 Drafters register under ``specmarket/drafters/<tokenizer fingerprint>`` so that only peers with
 the target's vocabulary are found; a drafter needs nothing but the target's (bootstrap) multiaddr.
 The rendezvous protocol only lets a peer register itself, so a registration cannot name a victim.
+
+The point runs on the trio loop that also serves HTTP and drafting, and anyone can register, so
+every registration is bounded before it is stored (``BoundedRendezvousService``): our namespace
+only, MAX_ADDRS_PER_REGISTRATION addresses of at most MAX_ADDR_BYTES (parsed once, here), a TTL of
+at most MAX_TTL_S, MAX_REGISTRATIONS in all, each request within MAX_MESSAGE_BYTES and
+REQUEST_TIMEOUT_S.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import multiaddr
 import trio
-from libp2p.abc import IHost
+from google.protobuf.message import DecodeError
+from libp2p.abc import IHost, INetStream
 from libp2p.discovery.rendezvous import RendezvousClient, RendezvousError, RendezvousService
+from libp2p.discovery.rendezvous.messages import create_discover_response_message, create_register_response_message
+from libp2p.discovery.rendezvous.pb.rendezvous_pb2 import Message
+from libp2p.discovery.rendezvous.service import RegistrationRecord
 from libp2p.exceptions import BaseLibp2pError
+from libp2p.io.exceptions import IncompleteReadError
+from libp2p.network.swarm import Swarm
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +44,22 @@ RETRY_BASE_S = 0.5
 RETRY_MAX_S = 30.0
 WATCH_INTERVAL_S = 0.2
 UNREGISTER_TIMEOUT_S = 2.0
+REGISTER_TIMEOUT_S = 10.0  # a rendezvous point must answer a registration this soon
+CONNECTED_POLL_S = 1.0  # how often a registered peer checks that it is still connected to the point
+REREGISTER_MIN_GAP_S = 2.0  # at most one registration this often, whatever the connection does
+RELOCATE_AFTER = 2  # failed registrations in a row before asking where the point is now
+
+# The rendezvous point's caps. Honest drafters register a handful of bare transport addresses with
+# REGISTRATION_TTL_S; everything past that is load an attacker chose.
+MAX_ADDRS_PER_REGISTRATION = 16  # more are dropped (a multi-homed host may list many interfaces)
+MAX_ADDR_BYTES = 512  # a binary multiaddr; /dns4/<253 chars>/tcp/<port> is ~265
+MAX_TTL_S = 3 * REGISTRATION_TTL_S  # a longer TTL is granted this long (the reply says so)
+MAX_REGISTRATIONS = 256  # in all; when full, expired ones go first, then newcomers are refused
+MAX_MESSAGE_BYTES = 64 * 1024  # one request; py-libp2p reads up to 4 MiB (~400k addresses)
+REQUEST_TIMEOUT_S = 10.0  # a request must arrive this soon after the stream opens (or the last reply)
+REPLY_TIMEOUT_S = 10.0
+MAX_REQUESTS_PER_STREAM = 8  # py-libp2p's client sends one per stream
+CLOSE_TIMEOUT_S = 1.0
 
 
 def drafter_namespace(fingerprint: str) -> str:
@@ -41,33 +72,77 @@ class Registration:
     addrs: tuple[str, ...]
 
 
+Relocate = Callable[[], Awaitable[PeerInfo | None]]  # where the bootstrap peer is now, if known
+
+
 async def _register_once(host: IHost, bootstrap: PeerInfo, namespace: str) -> None:
+    network = host.get_network()
+    if isinstance(network, Swarm):  # we retry on our own schedule: py-libp2p's 60 s dial block is in the way
+        network.unblock_peer(bootstrap.peer_id)
     with trio.fail_after(CONNECT_TIMEOUT_S):
         await host.connect(bootstrap)
-    await RendezvousClient(host, bootstrap.peer_id).register(namespace, ttl=REGISTRATION_TTL_S)
+    with trio.fail_after(REGISTER_TIMEOUT_S):
+        await RendezvousClient(host, bootstrap.peer_id).register(namespace, ttl=REGISTRATION_TTL_S)
 
 
-async def announce(host: IHost, bootstrap: PeerInfo, namespace: str, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def _until_refresh_or_dropped(host: IHost, peer_id: ID) -> None:
+    """Until the registration is due for a refresh, or the connection to the rendezvous point
+    drops (it restarted, and a restarted point has forgotten every registration)."""
+    with trio.move_on_after(REFRESH_EVERY_S):
+        await trio.sleep(REREGISTER_MIN_GAP_S)
+        while host.get_network().get_connections(peer_id):
+            await trio.sleep(CONNECTED_POLL_S)
+        log.info("lost the connection to %s; registering again", peer_id)
+
+
+async def _moved(host: IHost, relocate: Relocate, bootstrap: PeerInfo) -> PeerInfo | None:
+    """The bootstrap peer's new addresses (same peer id) if ``relocate`` knows of others; they
+    replace the old ones in the peerstore (py-libp2p dials one TCP address of a peer, not each)."""
+    found = await relocate()
+    if found is None or found.peer_id != bootstrap.peer_id or {*map(str, found.addrs)} <= {*map(str, bootstrap.addrs)}:
+        return None
+    log.info("%s moved: now at %s", bootstrap.peer_id, ", ".join(map(str, found.addrs)))
+    host.get_peerstore().clear_addrs(bootstrap.peer_id)
+    return found
+
+
+async def announce(
+    host: IHost,
+    bootstrap: PeerInfo,
+    namespace: str,
+    *,
+    relocate: Relocate | None = None,
+    task_status=trio.TASK_STATUS_IGNORED,
+) -> None:
     """Register with the rendezvous point and keep the registration fresh, forever.
 
-    Retries with exponential backoff while the bootstrap peer is unreachable; signals
-    ``task_status.started()`` after the first successful registration.
+    Retries with exponential backoff while the bootstrap peer is unreachable, and registers again
+    as soon as the connection to it drops (the target restarted). After RELOCATE_AFTER failures in
+    a row, ``relocate()`` (if given) may say where the peer is now (same peer id, other addresses).
+    Signals ``task_status.started()`` after the first successful registration.
     """
-    delay, started = RETRY_BASE_S, False
+    delay, started, failures = RETRY_BASE_S, False, 0
     while True:
         try:
             await _register_once(host, bootstrap, namespace)
         except (trio.TooSlowError, RendezvousError, BaseLibp2pError, OSError, ValueError) as exc:
+            failures += 1
+            moved = None
+            if relocate is not None and failures >= RELOCATE_AFTER:
+                moved = await _moved(host, relocate, bootstrap)
+            if moved is not None:  # try the new address at once
+                bootstrap, delay = moved, RETRY_BASE_S
+                continue
             log.warning("registering with %s failed (%s); retrying in %.1f s", bootstrap.peer_id, exc, delay)
             await trio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
             continue
         if not started:
-            log.info("registered with %s under %s", bootstrap.peer_id, namespace)
             task_status.started()
             started = True
-        delay = RETRY_BASE_S
-        await trio.sleep(REFRESH_EVERY_S)
+        log.info("registered with %s under %s", bootstrap.peer_id, namespace)
+        delay, failures = RETRY_BASE_S, 0
+        await _until_refresh_or_dropped(host, bootstrap.peer_id)
 
 
 async def withdraw(host: IHost, bootstrap: PeerInfo, namespace: str) -> None:
@@ -98,23 +173,145 @@ def _addr_text(raw: bytes) -> str | None:
         return None
 
 
+def _refusal(status: Message.ResponseStatus.ValueType, why: str) -> Message:
+    return create_register_response_message(status, why)
+
+
+class ParsedRecord(RegistrationRecord):
+    """A stored registration with its addresses parsed once, when it was stored."""
+
+    def __init__(self, peer_id: ID, addrs: list[bytes], namespace: str, ttl: int, texts: tuple[str, ...]) -> None:
+        super().__init__(peer_id, addrs, namespace, ttl)
+        self.registration = Registration(str(peer_id), texts)
+
+
+class BoundedRendezvousService(RendezvousService):
+    """py-libp2p's rendezvous service with every input bounded: it serves ``namespaces`` only (so a
+    peer holds at most one registration per namespace, whatever its connections, since the store is
+    keyed by the authenticated peer id), keeps the first MAX_ADDRS_PER_REGISTRATION addresses (those
+    that parse and fit MAX_ADDR_BYTES), clamps the TTL to ``max_ttl_s``, and holds at most
+    ``max_registrations``. When full, expired registrations go first; a live one is never evicted, so
+    a newcomer is refused (E_UNAVAILABLE) while a registered peer can always refresh.
+
+    The Sybil limit: peer ids are free, so whoever holds ``max_registrations`` live registrations
+    (refreshing each within ``max_ttl_s``) keeps newcomers out until they lapse; it cannot evict
+    drafters already registered, nor grow memory or the watch loop's work past the cap.
+    """
+
+    def __init__(
+        self,
+        host: IHost,
+        namespaces: Iterable[str],
+        *,
+        max_registrations: int = MAX_REGISTRATIONS,
+        max_ttl_s: int = MAX_TTL_S,
+    ) -> None:
+        self.namespaces = frozenset(namespaces)
+        self.max_registrations, self.max_ttl_s = max_registrations, max_ttl_s
+        self.refused_full = 0
+        super().__init__(host)  # installs self._handle_stream as the protocol's handler
+
+    def live(self, namespace: str) -> list[ParsedRecord]:
+        now = time.time()
+        records = self.registrations.get(namespace, {})
+        return [r for r in list(records.values()) if isinstance(r, ParsedRecord) and r.expires_at > now]
+
+    def count(self) -> int:
+        return sum(map(len, self.registrations.values()))
+
+    async def _handle_stream(self, stream: INetStream) -> None:
+        """Up to MAX_REQUESTS_PER_STREAM requests, each read within REQUEST_TIMEOUT_S and
+        MAX_MESSAGE_BYTES; anything late, oversized, malformed or of an unknown type resets it."""
+        peer_id = stream.muxed_conn.peer_id
+        try:
+            for _ in range(MAX_REQUESTS_PER_STREAM):
+                with trio.fail_after(REQUEST_TIMEOUT_S):
+                    try:
+                        raw = await read_varint_prefixed_bytes_limited(stream, MAX_MESSAGE_BYTES)
+                    except IncompleteReadError as exc:
+                        if exc.is_clean_close:
+                            break
+                        raise
+                request = Message.FromString(raw)
+                if request.type == Message.UNREGISTER:
+                    self._handle_unregister(peer_id, request.unregister)
+                    continue
+                reply = self._reply(peer_id, request)
+                if reply is None:
+                    raise ValueError(f"unexpected rendezvous message type {request.type}")
+                with trio.fail_after(REPLY_TIMEOUT_S):
+                    await stream.write(encode_varint_prefixed(reply.SerializeToString()))
+        except (trio.TooSlowError, trio.BrokenResourceError, BaseLibp2pError, DecodeError, OSError, ValueError) as exc:
+            log.debug("rendezvous stream from %s reset: %s", peer_id, exc or type(exc).__name__)
+            with trio.move_on_after(CLOSE_TIMEOUT_S), contextlib.suppress(BaseLibp2pError):
+                await stream.reset()
+            return
+        with trio.move_on_after(CLOSE_TIMEOUT_S), contextlib.suppress(BaseLibp2pError):
+            await stream.close()
+
+    def _reply(self, peer_id: ID, request: Message) -> Message | None:
+        if request.type == Message.REGISTER:
+            return self._handle_register(peer_id, request.register)
+        if request.type == Message.DISCOVER:
+            return self._handle_discover(peer_id, request.discover)
+        return None
+
+    def _handle_discover(self, peer_id: ID, discover_msg: Message.Discover) -> Message:
+        if discover_msg.ns not in self.namespaces:  # py-libp2p would create the namespace
+            status = Message.ResponseStatus.E_INVALID_NAMESPACE
+            return create_discover_response_message([], b"", status, "this point serves other namespaces")
+        return super()._handle_discover(peer_id, discover_msg)
+
+    def _handle_register(self, peer_id: ID, register_msg: Message.Register) -> Message:
+        """Validate, trim and store a registration (replacing the peer's previous one)."""
+        namespace, peer = register_msg.ns, register_msg.peer
+        if namespace not in self.namespaces:
+            return _refusal(Message.ResponseStatus.E_INVALID_NAMESPACE, "this point serves other namespaces")
+        if peer.id != peer_id.to_bytes():
+            return _refusal(Message.ResponseStatus.E_NOT_AUTHORIZED, "a peer can only register itself")
+        ttl = min(register_msg.ttl or self.max_ttl_s, self.max_ttl_s)  # unset: the protocol's default, capped
+        kept = [(raw, text) for raw in peer.addrs[:MAX_ADDRS_PER_REGISTRATION] if (text := _bounded_addr(raw))]
+        if peer.addrs and not kept:
+            return _refusal(Message.ResponseStatus.E_INVALID_PEER_INFO, "no usable address")
+        store = self.registrations.setdefault(namespace, {})
+        if peer_id not in store and not self._has_room():
+            self.refused_full += 1
+            log.debug("rendezvous full (%d): refused %s", self.max_registrations, peer_id)
+            return _refusal(Message.ResponseStatus.E_UNAVAILABLE, "registration limit reached")
+        addrs, texts = [raw for raw, _ in kept], tuple(text for _, text in kept)
+        store[peer_id] = ParsedRecord(peer_id, addrs, namespace, ttl, texts)
+        return create_register_response_message(Message.ResponseStatus.OK, "OK", ttl)
+
+    def _has_room(self) -> bool:
+        if self.count() >= self.max_registrations:
+            self.cleanup_all_expired()  # expired registrations make room; live ones are never evicted
+        return self.count() < self.max_registrations
+
+
+def _bounded_addr(raw: bytes) -> str | None:
+    return _addr_text(raw) if len(raw) <= MAX_ADDR_BYTES else None
+
+
 class RendezvousPoint:
     """The target side: hosts the rendezvous service and reports the drafters registered on it."""
 
-    def __init__(self, host: IHost, namespace: str) -> None:
-        self.service = RendezvousService(host)
+    def __init__(self, host: IHost, namespace: str, *, max_registrations: int = MAX_REGISTRATIONS) -> None:
+        self.service = BoundedRendezvousService(host, [namespace], max_registrations=max_registrations)
         self.namespace = namespace
 
     def registrations(self) -> list[Registration]:
-        records = self.service.registrations.get(self.namespace, {})
-        now = time.time()
-        found = []
-        for peer_id, record in list(records.items()):
-            if record.expires_at <= now:
-                continue
-            addrs = tuple(a for a in map(_addr_text, record.addrs) if a is not None)
-            found.append(Registration(str(peer_id), addrs))
-        return found
+        """The live registrations, addresses as parsed when each was stored (at most
+        MAX_REGISTRATIONS of at most MAX_ADDRS_PER_REGISTRATION addresses each)."""
+        return [record.registration for record in self.service.live(self.namespace)]
+
+    def stats(self) -> dict[str, int]:
+        """JSON-ready: live registrations, the cap, and newcomers refused because it was reached."""
+        live = len(self.service.live(self.namespace))
+        return {
+            "registrations": live,
+            "capacity": self.service.max_registrations,
+            "refused_full": self.service.refused_full,
+        }
 
     async def watch(self, on_registration: Callable[[Registration], None], on_gone: Callable[[str], None]) -> None:
         """Every WATCH_INTERVAL_S, report each live registration, and each peer whose registration

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,10 +32,16 @@ log = logging.getLogger(__name__)
 KEYS_SUBDIR = "keys"
 IDENTITY_NAME = "identity"
 MAX_CONNECTIONS = 256
+PORT_FILE = "listen_port"  # the TCP port of the last run: a restarted node keeps its multiaddr
+MAX_PORT_FILE_BYTES = 16
 
 
 class InvalidAddress(SpecmarketError):
     """A multiaddr that does not parse, or lacks the /p2p/<peer id> a dial needs."""
+
+
+class ListenFailed(SpecmarketError):
+    """A listen address that cannot be bound (the port is taken, or the IP is not this machine's)."""
 
 
 def load_identity(data_dir: Path) -> KeyPair:
@@ -86,10 +93,75 @@ def peer_addrs(host: IHost) -> list[str]:
     return [a if a.endswith(own) else f"{a}/p2p/{own}" for a in map(str, host.get_addrs())]
 
 
+def _tcp_endpoint(addr: multiaddr.Multiaddr) -> tuple[str, int] | None:
+    """(ip, port) of an /ip4|ip6/<ip>/tcp/<port>[/p2p/<id>] address; None for any other shape."""
+    names = [p.name for p in addr.protocols()]
+    if names[2:] not in ([], ["p2p"]) or names[:1] not in (["ip4"], ["ip6"]) or names[1:2] != ["tcp"]:
+        return None
+    return addr.value_for_protocol(names[0]), int(addr.value_for_protocol("tcp"))
+
+
+def _bind_error(ip: str, port: int) -> OSError | None:
+    """Why ``ip:port`` cannot be bound now (None: it can). SO_REUSEADDR, as the listener binds."""
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError as exc:
+            return exc
+    return None
+
+
+def _kept_port(data_dir: Path) -> int | None:
+    try:
+        with open(Path(data_dir) / PORT_FILE, "rb") as f:
+            port = int(f.read(MAX_PORT_FILE_BYTES))
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 1 << 16 else None
+
+
+def _keep_port(data_dir: Path, host: IHost) -> None:
+    ports = [e[1] for e in map(_tcp_endpoint, host.get_addrs()) if e is not None]
+    if not ports or ports[0] == _kept_port(data_dir):
+        return
+    path = Path(data_dir) / PORT_FILE
+    try:
+        path.with_suffix(".tmp").write_text(f"{ports[0]}\n")
+        path.with_suffix(".tmp").replace(path)
+    except OSError as exc:  # the node serves anyway; only its next run may get another port
+        log.warning("cannot keep the listen port in %s: %s", path, exc)
+
+
+def listen_address(data_dir: Path, listen: str) -> multiaddr.Multiaddr:
+    """``listen`` checked for binding. Where it asks for TCP port 0 (any free port), the port of
+    the last run (kept in ``data_dir``) if it is free: peers that knew the node still reach it."""
+    addr = parse_listen(listen)
+    endpoint = _tcp_endpoint(addr)
+    if endpoint is None:
+        return addr
+    ip, port = endpoint
+    if port == 0:
+        kept = _kept_port(data_dir)
+        if kept is None:
+            return addr
+        if (taken := _bind_error(ip, kept)) is None:
+            return multiaddr.Multiaddr(f"/{'ip6' if ':' in ip else 'ip4'}/{ip}/tcp/{kept}")
+        log.warning("port %d of the last run is taken (%s); listening on a fresh port", kept, taken.strerror)
+    elif (err := _bind_error(ip, port)) is not None:
+        raise ListenFailed(f"cannot listen on {listen}: {err.strerror or err}")
+    return addr
+
+
 @asynccontextmanager
 async def running_host(data_dir: Path, listen: str = DEFAULT_LISTEN) -> AsyncIterator[IHost]:
-    """Start a Noise-only host with the persisted identity, listening on ``listen``."""
+    """Start a Noise-only host with the persisted identity, listening on ``listen`` (port 0: the
+    port of the last run if it is free, ``listen_address``); the port is kept for the next run."""
+    addr = listen_address(data_dir, listen)
     host = make_host(load_identity(data_dir))
-    async with host.run(listen_addrs=[parse_listen(listen)]):
+    async with host.run(listen_addrs=[addr]):
+        if not host.get_addrs():  # py-libp2p logs a failed listen and carries on without an address
+            raise ListenFailed(f"cannot listen on {addr}")
+        _keep_port(data_dir, host)
         log.info("peer %s listening on %s", host.get_id(), ", ".join(peer_addrs(host)))
         yield host

@@ -24,7 +24,9 @@ from verifier.errors import SpecmarketError
 from verifier.noise import MAX_SEED
 from verifier.proposal import MAX_GAMMA
 
-DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"  # loopback, any free port: what hosts listen on unless told
+# What hosts listen on unless told: loopback; port 0 = the port of the node's last run if it is free
+# (kept in its data dir, so a restarted node keeps its multiaddr), else any free port (p2p.host).
+DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
 DRAFT_PROTOCOL_ID = "/specmarket/draft/2.0.0"  # 2.0.0: drafts carry basis and draft_ms
 GENERATE_PROTOCOL_ID = "/specmarket/generate/1.0.0"
@@ -119,7 +121,8 @@ class Done:
 
 @dataclass(frozen=True)
 class Error:
-    """target -> client: the request failed; ``message`` says why."""
+    """target -> client: the request failed; ``message`` says why. drafter -> target: the drafter
+    refuses the session (it is full); a refusal, not a failure."""
 
     message: str
 
@@ -136,7 +139,7 @@ _KINDS: dict[str, type] = {
 }
 _KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
 TO_DRAFTER = frozenset({"open", "advance"})
-TO_TARGET = frozenset({"draft"})
+TO_TARGET = frozenset({"draft", "error"})
 TO_SERVER = frozenset({"request"})
 TO_CLIENT = frozenset({"chunk", "done", "error"})
 

@@ -14,6 +14,7 @@ from node.chain.anvil import AnvilProcess, free_port
 from node.chain.client import BondClient, connect, deploy
 from node.chain.deployment import (
     DEFAULT_THRESHOLD,
+    DEV_CHALLENGER,
     DEV_DEPLOYER,
     DEV_REFEREES,
     BondConfig,
@@ -21,8 +22,9 @@ from node.chain.deployment import (
     dev_address,
     dev_key,
 )
-from node.chain.operator import Operator, ReceiptStore
+from node.chain.operator import Operator
 from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
+from node.chain.store import ReceiptStore
 from verifier.params import SamplingParams
 
 
@@ -83,3 +85,26 @@ def sign_raw(
 
 def request(prompt=(5, 6, 7), seed: int = 1, max_tokens: int = 4, temperature: float = 1.0) -> RequestSpec:
     return RequestSpec.build(prompt, SamplingParams(temperature), seed, max_tokens)
+
+
+def chain_now(chain: Chain) -> int:
+    """The latest block's timestamp (anvil's clock, which tests move with ``warp``)."""
+    return int(chain.client.w3.eth.get_block("latest")["timestamp"])
+
+
+def challenge_now(chain: Chain, key: bytes, committed: bytes, spec: RequestSpec, output: tuple[int, ...]) -> int:
+    """Sign ``output`` for ``spec`` with operator ``key`` at chain time and challenge position 0 (dev challenger)."""
+    signed = sign_raw(key, chain, spec, output, committed, issued_at=chain_now(chain))
+    cid, _ = chain.client.challenge(dev_key(DEV_CHALLENGER), signed, 0)
+    return cid
+
+
+WRONG_ANSWER_PROMPT = "def parse_args(argv):"
+
+
+def wrong_answer_challenge(chain: Chain, key: bytes, committed: bytes, pair, seed: int) -> int:
+    """A challenge on a clearly wrong greedy token: the target's least likely one."""
+    prompt = [pair.tokenizer.eos_token_id, *pair.tokenizer.encode(WRONG_ANSWER_PROMPT)]
+    pair.target.reset()
+    wrong = int(pair.target.extend(prompt)[-1].argmin())
+    return challenge_now(chain, key, committed, RequestSpec.build(prompt, SamplingParams(0.0), seed, 1), (wrong,))

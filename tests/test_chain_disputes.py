@@ -74,7 +74,8 @@ def test_honest_speculating_operator_is_found_correct_and_nothing_is_spent(chain
         ]
         again = complete(http, PROMPT, seed=1, max_tokens=MAX_TOKENS, temperature=1.0)
         over_p2p = tmp_path / "p2p-receipt.json"  # the same request over libp2p, saved by `specmarket ask`
-        ask = [*SPECMARKET, "ask", PROMPT, "--target", target.lines["multiaddr"][0], "--seed", "1"]
+        ask = [*SPECMARKET, "ask", PROMPT, "--target", target.lines["multiaddr"][0], "--seed", "1", "--pair", "tiny"]
+        ask += chain.cli_args()  # the deployment the client checks the receipt's operator on
         ask += ["--max-new-tokens", str(MAX_TOKENS), "--receipt-out", str(over_p2p)]
         asked = subprocess.run(ask, capture_output=True, text=True, timeout=SCRIPTS_TIMEOUT_S)
         assert asked.returncode == 0, asked.stderr[-3000:]
@@ -206,7 +207,7 @@ def test_token_inside_the_band_is_not_slashed_and_a_false_challenge_loses_its_bo
     cfg = chain.client.config()
     operator_credits = chain.client.credits(operator.address)
     forced = challenge_receipt(
-        chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed, force_position=0
+        chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed, force_position=0, force=True
     )
     referee = Referee(chain.client, [dev_key(i) for i in DEV_REFEREES], pair.target, committed_hash, tmp_path / "p")
     (outcome,) = referee.run_once()

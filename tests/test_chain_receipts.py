@@ -19,9 +19,9 @@ from eth_utils import keccak
 
 from node.chain.client import ChainRevert
 from node.chain.deployment import dev_address, dev_key
-from node.chain.operator import ReceiptStore
 from node.chain.receipts import (
     MICROS,
+    Disputed,
     Domain,
     ReceiptError,
     RequestSpec,
@@ -32,6 +32,7 @@ from node.chain.receipts import (
     recover_receipt_signer,
     verdict_signable,
 )
+from node.chain.store import ReceiptStore
 from verifier.params import SamplingParams
 
 N_RANDOM_CASES = 12
@@ -84,10 +85,29 @@ def test_receipt_digest_and_signature_both_ways(chain, tmp_path):
 
 
 def test_verdict_digest_matches_the_contract(chain):
-    for cid, fault in ((1, True), (2, False), (2**200, True)):
-        assert digest_of(verdict_signable(chain.client.domain, cid, fault)) == bytes(
-            chain.client.call("verdictDigest", cid, fault)
+    cases = (
+        (1, b"\x01" * 32, 0, dev_address(5), True),
+        (2, b"\xab" * 32, 7, dev_address(6), False),
+        (2**200, keccak(b"receipt"), 2**32 - 1, dev_address(1), True),
+    )
+    for cid, receipt_digest, position, challenger, fault in cases:
+        disputed = Disputed(cid, receipt_digest, position, challenger)
+        assert digest_of(verdict_signable(chain.client.domain, disputed, fault)) == bytes(
+            chain.client.call("verdictDigest", cid, receipt_digest, position, challenger, fault)
         )
+
+
+def test_verdict_digest_names_the_receipt_position_and_challenger(chain):
+    """A verdict signs what was challenged, not only the id: change any of them and it is another verdict."""
+    base = Disputed(3, b"\x01" * 32, 4, dev_address(5))
+    others = (
+        replace(base, receipt_digest=b"\x02" * 32),
+        replace(base, position=5),
+        replace(base, challenger=dev_address(6)),
+        replace(base, challenge_id=4),
+    )
+    digests = {digest_of(verdict_signable(chain.client.domain, d, True)) for d in (base, *others)}
+    assert len(digests) == 1 + len(others)
 
 
 def test_high_s_signature_is_rejected_on_chain(chain, tmp_path):

@@ -22,7 +22,8 @@ from chainutil import new_operator
 from node.chain.audit import audit_answer
 from node.chain.receipts import SignedReceipt
 from node.cli import main
-from node.client.ask import check_receipt
+from node.client.ask import AskConfig, check_receipt
+from node.models import TINY_TARGET, model_hash
 from node.target.chat import FALLBACK_CHAT_TEMPLATE, chat_prompt
 from node.target.engine import CompletionRequest, Engine
 from node.target.http_api import build_app
@@ -284,18 +285,31 @@ def test_metrics_have_the_latency_histograms(url):
 
 @pytest.fixture(scope="module")
 def bonded_url(pair, chain, tmp_path_factory) -> Iterator[str]:
-    operator, _ = new_operator(chain, tmp_path_factory.mktemp("chat-operator"))
+    operator, _ = new_operator(chain, tmp_path_factory.mktemp("chat-operator"), model_hash(TINY_TARGET))
     engine = Engine(pair, model_name=MODEL, gamma=4, operator=operator)
     with serving({"bonded": build_app(engine)}) as urls:
         yield urls["bonded"]
-    operator.store.close()
+    operator.close()
 
 
-def test_a_chat_receipt_covers_the_templated_prompt(bonded_url, pair, tmp_path):
+def test_a_chat_receipt_covers_the_templated_prompt(bonded_url, pair, chain, tmp_path):
     resp = sync_client(bonded_url).chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=10, seed=4)
     ext = resp.model_extra["specmarket"]
     saved = tmp_path / "receipt.json"
-    assert "receipt signed by operator" in check_receipt(ext, saved)  # signature, hashes, the tokens received
+    asked = AskConfig(
+        MESSAGES[1]["content"],
+        bonded_url,
+        seed=4,
+        max_new_tokens=10,
+        receipt_out=saved,
+        chat=True,
+        system=MESSAGES[0]["content"],
+        pair="tiny",
+        rpc=chain.rpc,
+        deployments=chain.deployments,
+    )
+    # signature, hashes, the tokens received, the request made (templated here), the operator on chain
+    assert "receipt signed by operator" in check_receipt(ext, asked)
     signed = SignedReceipt.from_json(json.loads(saved.read_text()))
     templated, tokens = reference(pair, MESSAGES, 4, 10)
     assert list(signed.request.prompt) == templated == ext["prompt_tokens"]
@@ -303,8 +317,9 @@ def test_a_chat_receipt_covers_the_templated_prompt(bonded_url, pair, tmp_path):
     assert audit_answer(pair.target.fork(), signed).first_wrong is None  # a challenger finds it honest
 
 
-def test_ask_chat_cli_over_http(bonded_url, pair, tmp_path, capsys):
-    args = ["ask", "--target", bonded_url, "--chat", "--system", MESSAGES[0]["content"], "--seed", "5"]
+def test_ask_chat_cli_over_http(bonded_url, pair, chain, tmp_path, capsys):
+    checks = ["--pair", "tiny", *chain.cli_args()]  # what the receipt is checked against
+    args = ["ask", "--target", bonded_url, *checks, "--chat", "--system", MESSAGES[0]["content"], "--seed", "5"]
     assert (
         main([*args, "--max-new-tokens", "6", "--receipt-out", str(tmp_path / "r.json"), MESSAGES[1]["content"]]) == 0
     )
@@ -312,14 +327,14 @@ def test_ask_chat_cli_over_http(bonded_url, pair, tmp_path, capsys):
     templated, tokens = reference(pair, MESSAGES, 5, 6)
     assert out.out.rstrip("\n") == pair.tokenizer.decode(tokens) and "receipt signed by operator" in out.err
     assert list(SignedReceipt.from_json(json.loads((tmp_path / "r.json").read_text())).request.prompt) == templated
-    assert main(["ask", "--target", bonded_url, "--chat", "--json", "--seed", "5", "--max-new-tokens", "3", "hi"]) == 0
+    short = ["--chat", "--json", "--seed", "5", "--max-new-tokens", "3", "hi"]
+    assert main(["ask", "--target", bonded_url, *checks, *short]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["prompt_tokens"] == list(chat_prompt(pair.tokenizer, USER)) and len(summary["tokens"]) == 3
     config = tmp_path / "ask.toml"  # the config file's [ask] table, under the command line
     config.write_text(f'[ask]\nchat = true\nsystem = "{MESSAGES[0]["content"]}"\nmax-new-tokens = 6\nseed = 9\n')
-    assert (
-        main(["ask", "--target", bonded_url, "--config", str(config), "--seed", "5", "--json", "def parse(text):"]) == 0
-    )
+    from_file = ["--config", str(config), "--seed", "5", "--json", "def parse(text):"]
+    assert main(["ask", "--target", bonded_url, *checks, *from_file]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == tokens  # chat, system and length from the file
 
 

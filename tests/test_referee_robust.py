@@ -14,16 +14,14 @@ from __future__ import annotations
 import logging
 
 import pytest
-from chainutil import deployed_chain, new_operator, sign_raw, warp
+from chainutil import challenge_now, deployed_chain, new_operator, warp, wrong_answer_challenge
 
-from node.chain.deployment import DEV_CHALLENGER, DEV_REFEREES, BondConfig, dev_key
-from node.chain.receipts import SECP256K1_N, RequestSpec
+from node.chain.deployment import DEV_REFEREES, BondConfig, dev_key
+from node.chain.receipts import SECP256K1_N, Disputed, RequestSpec
 from node.chain.referee import Referee
 from node.models import TINY_TARGET, model_hash
-from verifier.params import SamplingParams
 
 RESOLVE_TIMEOUT_S = 600  # shorter than the challenge window, so a warp past it keeps receipts challengeable
-PROMPT = "def parse_args(argv):"
 
 
 @pytest.fixture(scope="module")
@@ -45,24 +43,6 @@ def operator_key(chain, committed, tmp_path_factory) -> bytes:
     return key
 
 
-def _now(chain) -> int:
-    return int(chain.client.w3.eth.get_block("latest")["timestamp"])
-
-
-def _challenge(chain, key: bytes, committed: bytes, spec: RequestSpec, output: tuple[int, ...]) -> int:
-    signed = sign_raw(key, chain, spec, output, committed, issued_at=_now(chain))
-    cid, _ = chain.client.challenge(dev_key(DEV_CHALLENGER), signed, 0)
-    return cid
-
-
-def _wrong_answer(chain, key: bytes, committed: bytes, pair, seed: int) -> int:
-    """A challenge on a clearly wrong greedy token: the target's least likely one."""
-    prompt = [pair.tokenizer.eos_token_id, *pair.tokenizer.encode(PROMPT)]
-    pair.target.reset()
-    wrong = int(pair.target.extend(prompt)[-1].argmin())
-    return _challenge(chain, key, committed, RequestSpec.build(prompt, SamplingParams(0.0), seed, 1), (wrong,))
-
-
 def _referees(chain, pair, committed, pool, which=DEV_REFEREES[:2]) -> Referee:
     return Referee(chain.client, [dev_key(i) for i in which], pair.target, committed, pool)
 
@@ -72,8 +52,8 @@ def test_unjudgeable_receipt_is_skipped_and_the_round_goes_on_succeeds(
 ):
     prompt = (pair.tokenizer.eos_token_id, 5, 6)
     bad = RequestSpec(prompt, seed=1, temperature_micros=1_000_000, top_k=0, top_p_micros=0, max_tokens=1)
-    bad_id = _challenge(chain, operator_key, committed, bad, (7,))
-    good_id = _wrong_answer(chain, operator_key, committed, pair, seed=2)
+    bad_id = challenge_now(chain, operator_key, committed, bad, (7,))
+    good_id = wrong_answer_challenge(chain, operator_key, committed, pair, seed=2)
     with caplog.at_level(logging.WARNING, logger="node.chain.referee"):
         outcomes = _referees(chain, pair, committed, tmp_path / "pool").run_once()
     assert [o.challenge_id for o in outcomes if o.resolved] == [good_id]
@@ -86,11 +66,11 @@ def test_unjudgeable_receipt_is_skipped_and_the_round_goes_on_succeeds(
 def test_expired_challenge_is_skipped_and_later_ones_resolve_earliest_deadline_first_succeeds(
     chain, pair, committed, operator_key, tmp_path
 ):
-    expired = _wrong_answer(chain, operator_key, committed, pair, seed=3)
+    expired = wrong_answer_challenge(chain, operator_key, committed, pair, seed=3)
     warp(chain, RESOLVE_TIMEOUT_S + 1)  # past its resolve window; nobody refunded it
-    first = _wrong_answer(chain, operator_key, committed, pair, seed=4)
+    first = wrong_answer_challenge(chain, operator_key, committed, pair, seed=4)
     warp(chain, 5)
-    second = _wrong_answer(chain, operator_key, committed, pair, seed=5)
+    second = wrong_answer_challenge(chain, operator_key, committed, pair, seed=5)
     referee = _referees(chain, pair, committed, tmp_path / "pool", which=DEV_REFEREES[:1])
     assert [int(e["id"]) for e in referee.open_challenges()][-2:] == [first, second]  # earliest deadline first
     assert expired not in [int(e["id"]) for e in referee.open_challenges()]
@@ -106,14 +86,16 @@ def _high_s_twin(signature: bytes) -> bytes:
 
 
 def test_high_s_twin_in_the_pool_is_ignored_succeeds(chain, pair, committed, operator_key, tmp_path):
-    cid = _wrong_answer(chain, operator_key, committed, pair, seed=6)
+    cid = wrong_answer_challenge(chain, operator_key, committed, pair, seed=6)
     pool = tmp_path / "pool"
     one, two = (_referees(chain, pair, committed, pool, which=[i]) for i in DEV_REFEREES[:2])
     (first,) = [o for o in one.run_once() if o.challenge_id == cid]
     assert first.signatures == 1 and not first.resolved
-    (planted,) = one.pool._path(cid, True).glob("*.sig")
+    (event,) = chain.client.events("ChallengeOpened", id=cid)
+    disputed = Disputed.from_event(event)
+    (planted,) = one.pool._path(disputed, True).glob("*.sig")
     planted.write_text(_high_s_twin(bytes.fromhex(planted.read_text())).hex())  # the pool is not trusted
-    assert one.pool.collect(cid, True, set(chain.client.referees())) == {}
+    assert one.pool.collect(disputed, True, set(chain.client.referees())) == {}
     (second,) = [o for o in two.run_once() if o.challenge_id == cid]  # would revert on chain with the twin
     assert second.signatures == 1 and not second.resolved
     (third,) = [o for o in one.run_once() if o.challenge_id == cid]  # re-signs: the quorum forms
@@ -124,7 +106,7 @@ def test_referee_reads_from_its_block_cursor_and_remembers_open_challenges_succe
     chain, pair, committed, operator_key, tmp_path
 ):
     pool = tmp_path / "pool"
-    cid = _wrong_answer(chain, operator_key, committed, pair, seed=7)
+    cid = wrong_answer_challenge(chain, operator_key, committed, pair, seed=7)
     lone = _referees(chain, pair, committed, pool, which=DEV_REFEREES[:1])
     assert cid in [o.challenge_id for o in lone.run_once()]  # one signature: still open
     latest = chain.client.w3.eth.block_number

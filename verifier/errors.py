@@ -21,6 +21,10 @@ class ContextTooLong(SpecmarketError):
     """Prompt plus generation does not fit the model's context window."""
 
 
+class Unavailable(SpecmarketError):
+    """The node cannot take this request now (it is not signing receipts, or it is full); HTTP 503."""
+
+
 def error_leaves(exc: BaseException) -> list[BaseException]:
     """The leaf exceptions of ``exc``: itself, or every non-group exception nested in an
     (Base)ExceptionGroup, in order. trio's nurseries and hypercorn wrap errors in such groups."""

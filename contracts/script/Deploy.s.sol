@@ -4,13 +4,15 @@ pragma solidity ^0.8.24;
 import {Anvil, DevScript} from "./utils/DevChain.sol";
 import {SpecmarketBond} from "../src/SpecmarketBond.sol";
 
-/// @notice Deploys SpecmarketBond with three referees (anvil dev accounts 1-3) and threshold 2.
+/// @notice Deploys SpecmarketBond with three referees (anvil dev accounts 1-3) and threshold 2 as
+///         referee epoch 1.
 ///
 /// Every parameter can be overridden by an environment variable SPECMARKET_<NAME> (defaults in
 /// brackets; amounts in wei, durations in seconds):
 ///   DEPLOYER_PRIVATE_KEY [anvil account 0]   BOND_OWNER [deployer]   TREASURY [anvil account 9]
 ///   MIN_BOND [1 ether]   CHALLENGE_WINDOW [3600]   RESOLVE_TIMEOUT [3600]   UNBONDING_DELAY [10800]
 ///   CHALLENGER_BOND [0.1 ether]   SLASH_AMOUNT [1 ether]   CHALLENGER_REWARD_BPS [5000]
+///   REFEREE_SET_DELAY [14400, must exceed UNBONDING_DELAY]
 ///   REFEREE_1..3 [anvil accounts 1-3]   REFEREE_THRESHOLD [2]
 ///
 ///   anvil --port 8545 &
@@ -28,7 +30,8 @@ contract Deploy is DevScript {
             resolveTimeout: vmx.envOr("SPECMARKET_RESOLVE_TIMEOUT", uint256(1 hours)),
             slashAmount: vmx.envOr("SPECMARKET_SLASH_AMOUNT", uint256(1 ether)),
             challengerRewardBps: vmx.envOr("SPECMARKET_CHALLENGER_REWARD_BPS", uint256(5_000)),
-            treasury: vmx.envOr("SPECMARKET_TREASURY", Anvil.ACCOUNT_9)
+            treasury: vmx.envOr("SPECMARKET_TREASURY", Anvil.ACCOUNT_9),
+            refereeSetDelay: vmx.envOr("SPECMARKET_REFEREE_SET_DELAY", uint256(4 hours))
         });
         address[] memory referees = new address[](3);
         referees[0] = vmx.envOr("SPECMARKET_REFEREE_1", Anvil.ACCOUNT_1);

@@ -14,10 +14,14 @@ import {SpecmarketBond} from "../src/SpecmarketBond.sol";
 ///
 /// Transactions: operator (account 4) registers; challenger (account 5) challenges a receipt with a
 /// 32-token prompt and 64-token output, and another with 512 + 512 tokens; referees 1 and 2 sign
-/// verdicts that the challenger submits (one at fault, one cleared); a reporter (account 6)
-/// slashes an equivocation; the challenger and the treasury (account 9) withdraw.
+/// verdicts (bound to each challenge's id, receipt digest, position and challenger) that the
+/// challenger submits (one at fault, one cleared); a reporter (account 6) slashes an
+/// equivocation; the challenger and the treasury (account 9) withdraw; the owner (account 0)
+/// proposes a next referee set and cancels it (activation needs refereeSetDelay to pass, which a
+/// script on a live chain can't wait for).
 contract DisputeFlow is DevScript {
     // roles, by anvil dev key (Deploy.s.sol's defaults make accounts 1-3 referees, 9 the treasury)
+    uint256 internal constant OWNER = Anvil.KEY_0;
     uint256 internal constant REF_1 = Anvil.KEY_1;
     uint256 internal constant REF_2 = Anvil.KEY_2;
     uint256 internal constant OPERATOR = Anvil.KEY_4;
@@ -54,6 +58,13 @@ contract DisputeFlow is DevScript {
         vmx.startBroadcast(TREASURY);
         bond.withdraw();
         vm.stopBroadcast();
+
+        address[] memory next = new address[](3);
+        (next[0], next[1], next[2]) = (Anvil.ACCOUNT_1, Anvil.ACCOUNT_2, Anvil.ACCOUNT_6);
+        vmx.startBroadcast(OWNER);
+        bond.proposeRefereeSet(next, 2);
+        bond.cancelRefereeSet();
+        vm.stopBroadcast();
     }
 
     function _challengeOnce(uint256 promptLen, uint256 outputLen, uint64 seed) internal returns (uint256) {
@@ -82,7 +93,8 @@ contract DisputeFlow is DevScript {
     }
 
     function _verdict(uint256 id, bool fault) internal returns (bytes[] memory sigs) {
-        bytes32 d = bond.verdictDigest(id, fault);
+        SpecmarketBond.Challenge memory c = bond.getChallenge(id);
+        bytes32 d = bond.verdictDigest(id, c.receiptDigest, c.position, c.challenger, fault);
         uint256[] memory pks = new uint256[](2);
         (pks[0], pks[1]) = (REF_1, REF_2);
         pks = TestUtils.sortByAddress(pks);

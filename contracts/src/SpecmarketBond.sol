@@ -6,7 +6,6 @@ import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
 import {Ownable} from "@openzeppelin/contracts/access/Ownable.sol";
 import {Ownable2Step} from "@openzeppelin/contracts/access/Ownable2Step.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
-import {EnumerableSet} from "@openzeppelin/contracts/utils/structs/EnumerableSet.sol";
 import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 
 /// @title SpecmarketBond
@@ -16,11 +15,18 @@ import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 /// off-chain; serving costs no transaction. Only disputes touch the chain:
 ///  - equivocation (two receipts for one request with different outputs) is slashed at once;
 ///  - a wrong-token challenge names a position, posts `challengerBond`, and is decided by an
-///    M-of-N quorum of owner-managed referees that re-execute that one step and sign a `Verdict`.
+///    M-of-N quorum of referees that re-execute that one step and sign a `Verdict` bound to the
+///    challenge's id, receipt digest, position and challenger.
+///
+/// Referee sets are numbered epochs. The constructor's set is epoch 1; the owner can only
+/// propose a next set, which anyone can activate `refereeSetDelay` (> `unbondingDelay`) later.
+/// Each challenge snapshots the epoch it was opened in and is decided by that epoch's quorum
+/// only, so the owner can neither decide nor stall an open challenge, and an operator who sees a
+/// proposal has time to unbond and withdraw before the new set can judge anything.
 ///
 /// Drafters are never parties: the only funds this contract holds are operator bonds, challenger
 /// bonds (each the challenger's own) and credits waiting to be withdrawn. Every payout is a
-/// credit followed by a pull `withdraw()`.
+/// credit followed by a pull `withdraw()`. The owner cannot touch any of them.
 ///
 /// @dev Hashing, for off-chain code (also in contracts/README.md):
 ///  - `hashOutput(tokens)` and the request's `promptHash` are `keccak256(abi.encodePacked(uint32[]))`,
@@ -31,8 +37,6 @@ import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 ///  - receipts and verdicts are EIP-712 typed data in the domain ("SpecmarketBond", "1", chainid,
 ///    address(this)).
 contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
-    using EnumerableSet for EnumerableSet.AddressSet;
-
     /*//////////////////////////////////////////////////////////////
                                  TYPES
     //////////////////////////////////////////////////////////////*/
@@ -81,6 +85,7 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         uint256 slashAmount;
         uint256 challengerRewardBps;
         address treasury;
+        uint256 refereeSetDelay;
     }
 
     /// @dev Operator record: one packed slot plus the model commitment.
@@ -92,9 +97,10 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         bytes32 modelHash;
     }
 
-    /// @notice A wrong-token challenge. `receiptDigest` (the receipt's EIP-712 digest) commits to
-    ///         the operator, model, prompt, sampling params and output; with `position` it is the
-    ///         whole disputed claim.
+    /// @notice A wrong-token challenge, as `getChallenge` returns it. `receiptDigest` (the
+    ///         receipt's EIP-712 digest) commits to the operator, model, prompt, sampling params
+    ///         and output; with `position` it is the whole disputed claim. `refereeEpoch` is the
+    ///         referee set that decides it: the one current when it was opened.
     struct Challenge {
         address challenger;
         uint96 bond;
@@ -103,6 +109,26 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         uint32 position;
         ChallengeStatus status;
         bytes32 receiptDigest;
+        uint64 refereeEpoch;
+    }
+
+    /// @dev A challenge as stored: three slots. Its bond is not stored, as it is always
+    ///      `challengerBond` (an immutable), which leaves room for `refereeEpoch` in slot 0.
+    struct ChallengeRecord {
+        address challenger;
+        uint64 refereeEpoch;
+        address operator;
+        uint48 createdAt;
+        uint32 position;
+        ChallengeStatus status;
+        bytes32 receiptDigest;
+    }
+
+    /// @dev One epoch's referee set. `isMember` mirrors `members` (which has no duplicates).
+    struct RefereeSet {
+        address[] members;
+        uint256 threshold;
+        mapping(address account => bool) isMember;
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -120,8 +146,11 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
     );
 
-    /// @notice EIP-712 type hash of a referee's `Verdict`.
-    bytes32 public constant VERDICT_TYPEHASH = keccak256("Verdict(uint256 challengeId,bool operatorAtFault)");
+    /// @notice EIP-712 type hash of a referee's `Verdict`: it names the challenge by id and by what
+    ///         was challenged, so after a reorg a verdict can't land on another challenge.
+    bytes32 public constant VERDICT_TYPEHASH = keccak256(
+        "Verdict(uint256 challengeId,bytes32 receiptDigest,uint32 position,address challenger,bool operatorAtFault)"
+    );
 
     /// @notice Denominator of `challengerRewardBps`.
     uint256 public constant BPS = 10_000;
@@ -129,6 +158,13 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     /// @notice Longest unbonding delay the constructor accepts (so `unbondAt` always fits uint48
     ///         and no configuration can lock a bond for good).
     uint256 public constant MAX_UNBONDING_DELAY = 5 * 365 days;
+
+    /// @notice Longest referee-set delay the constructor accepts (so a proposal can't be parked
+    ///         for good and `eta` always fits uint64).
+    uint256 public constant MAX_REFEREE_SET_DELAY = 10 * 365 days;
+
+    /// @notice Most referees one epoch may have, so a quorum check has bounded gas.
+    uint256 public constant MAX_REFEREES = 32;
 
     /*//////////////////////////////////////////////////////////////
                            IMMUTABLE CONFIG
@@ -152,13 +188,16 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     uint256 public immutable challengerRewardBps;
     /// @notice Receives the rest of each slash.
     address public immutable treasury;
+    /// @notice Seconds from `proposeRefereeSet` to the earliest `activateRefereeSet`;
+    ///         always > unbondingDelay.
+    uint256 public immutable refereeSetDelay;
 
     /*//////////////////////////////////////////////////////////////
                                  STATE
     //////////////////////////////////////////////////////////////*/
 
     mapping(address operator => Operator) internal _operators;
-    mapping(uint256 id => Challenge) internal _challenges;
+    mapping(uint256 id => ChallengeRecord) internal _challenges;
     /// @notice Id the next challenge gets; ids start at 1.
     uint256 public nextChallengeId = 1;
     /// @notice Pull-payment balances.
@@ -168,9 +207,12 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     /// @notice Whether a receipt (by EIP-712 digest) has already been slashed for a wrong token.
     mapping(bytes32 receiptDigest => bool) public receiptSlashed;
 
-    EnumerableSet.AddressSet internal _referees;
-    /// @notice Verdict signatures `resolve` needs (M of N). Always 0 < threshold <= refereeCount().
-    uint256 public threshold;
+    /// @dev Epoch e's set at key e (for e <= refereeEpoch); a pending proposal at refereeEpoch + 1.
+    mapping(uint256 epoch => RefereeSet) internal _refereeSets;
+    /// @notice The current referee epoch (1 from the constructor on). New challenges snapshot it.
+    uint64 public refereeEpoch;
+    /// @dev When the pending proposal may be activated; 0 when there is none.
+    uint64 internal _pendingEta;
 
     /*//////////////////////////////////////////////////////////////
                                  EVENTS
@@ -207,9 +249,12 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     );
     event Credited(address indexed account, uint256 amount);
     event Withdrawn(address indexed account, uint256 amount);
-    event RefereeAdded(address indexed referee);
-    event RefereeRemoved(address indexed referee);
-    event ThresholdChanged(uint256 oldThreshold, uint256 newThreshold);
+    /// @notice The owner proposed the set `epoch` would be; it replaces any earlier proposal for
+    ///         that epoch and can be activated from `eta` on.
+    event RefereeSetProposed(uint256 indexed epoch, address[] members, uint256 threshold, uint256 eta);
+    event RefereeSetCancelled(uint256 indexed epoch);
+    /// @notice `epoch` is the current referee set from now on (epoch 1: from the constructor).
+    event RefereeSetActivated(uint256 indexed epoch, address[] members, uint256 threshold);
 
     /*//////////////////////////////////////////////////////////////
                                  ERRORS
@@ -225,6 +270,8 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     error ZeroSlashAmount();
     error RewardBpsTooHigh(uint256 bps);
     error ZeroTreasury();
+    error RefereeSetDelayTooShort(uint256 refereeSetDelay, uint256 unbondingDelay);
+    error RefereeSetDelayTooLong(uint256 refereeSetDelay, uint256 max);
     // operators
     error BondBelowMinimum(uint256 sent, uint256 minBond);
     error AlreadyRegistered(address operator);
@@ -257,9 +304,12 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     error ResolveWindowNotClosed(uint256 id, uint256 deadline, uint256 nowTs);
     // referees
     error ZeroReferee();
-    error AlreadyReferee(address referee);
+    error DuplicateReferee(address referee);
+    error TooManyReferees(uint256 count, uint256 max);
     error NotReferee(address account);
     error InvalidThreshold(uint256 threshold, uint256 refereeCount);
+    error NoPendingRefereeSet();
+    error RefereeSetNotReady(uint256 eta, uint256 nowTs);
     error SignersNotAscending(address previous, address signer);
     error BelowThreshold(uint256 signatures, uint256 threshold);
     // payouts
@@ -270,10 +320,11 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
                               CONSTRUCTOR
     //////////////////////////////////////////////////////////////*/
 
-    /// @param owner_ Manages the referee set (and nothing else: it can't touch funds).
+    /// @param owner_ May propose (timelocked) and cancel referee sets, and nothing else: it can't
+    ///        touch funds or decide a challenge.
     /// @param config Immutable parameters, validated here (see the `Config` fields).
-    /// @param referees_ Initial referees (distinct, non-zero).
-    /// @param threshold_ Initial verdict threshold, 0 < threshold_ <= referees_.length.
+    /// @param referees_ Epoch 1's referees (distinct, non-zero, at most MAX_REFEREES).
+    /// @param threshold_ Epoch 1's verdict threshold, 0 < threshold_ <= referees_.length.
     constructor(address owner_, Config memory config, address[] memory referees_, uint256 threshold_)
         EIP712("SpecmarketBond", "1")
         Ownable(owner_)
@@ -292,6 +343,15 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         // INVARIANT: requestUnbond can always compute unbondAt, so every bond can leave.
         if (config.unbondingDelay > MAX_UNBONDING_DELAY) {
             revert UnbondingDelayTooLong(config.unbondingDelay, MAX_UNBONDING_DELAY);
+        }
+        // INVARIANT: an operator that requests unbonding when a referee set is proposed can
+        //            withdraw its bond before that set can judge anything.
+        if (config.refereeSetDelay <= config.unbondingDelay) {
+            revert RefereeSetDelayTooShort(config.refereeSetDelay, config.unbondingDelay);
+        }
+        // INVARIANT: every proposal can be activated, and its eta fits uint64.
+        if (config.refereeSetDelay > MAX_REFEREE_SET_DELAY) {
+            revert RefereeSetDelayTooLong(config.refereeSetDelay, MAX_REFEREE_SET_DELAY);
         }
         // INVARIANT: a challenge costs something (spam) and its bond fits the packed record.
         if (config.challengerBond == 0 || config.challengerBond > type(uint96).max) {
@@ -312,11 +372,11 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         slashAmount = config.slashAmount;
         challengerRewardBps = config.challengerRewardBps;
         treasury = config.treasury;
+        refereeSetDelay = config.refereeSetDelay;
 
-        for (uint256 i; i < referees_.length; ++i) {
-            _addReferee(referees_[i]);
-        }
-        _setThreshold(threshold_);
+        _writeRefereeSet(1, referees_, threshold_);
+        refereeEpoch = 1;
+        emit RefereeSetActivated(1, referees_, threshold_);
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -448,9 +508,21 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         return ECDSA.recoverCalldata(receiptDigest(r), sig);
     }
 
-    /// @notice The EIP-712 digest a referee signs for a verdict.
-    function verdictDigest(uint256 challengeId, bool operatorAtFault) public view returns (bytes32) {
-        return _hashTypedDataV4(keccak256(abi.encode(VERDICT_TYPEHASH, challengeId, operatorAtFault)));
+    /// @notice The EIP-712 digest a referee signs for a verdict on challenge `challengeId`, which
+    ///         must carry exactly this `receiptDigest`, `position` and `challenger` (see
+    ///         `getChallenge`): a verdict can't be moved onto another challenge.
+    /// @dev `receiptDigest_` is the typed field `receiptDigest` (underscored: the name is taken by
+    ///      the function above).
+    function verdictDigest(
+        uint256 challengeId,
+        bytes32 receiptDigest_,
+        uint32 position,
+        address challenger,
+        bool operatorAtFault
+    ) public view returns (bytes32) {
+        return _hashTypedDataV4(
+            keccak256(abi.encode(VERDICT_TYPEHASH, challengeId, receiptDigest_, position, challenger, operatorAtFault))
+        );
     }
 
     /// @notice This contract's EIP-712 domain separator.
@@ -491,7 +563,8 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
 
     /// @notice Challenges the token at `position` of a receipted answer, posting `challengerBond`.
     ///         The full request and output are checked against the receipt and emitted in
-    ///         `ChallengeOpened`, so referees can re-execute from the event alone.
+    ///         `ChallengeOpened`, so referees can re-execute from the event alone. The challenge
+    ///         snapshots the current `refereeEpoch`: that epoch's quorum decides it.
     /// @return id The new challenge's id.
     function challenge(
         Receipt calldata r,
@@ -507,9 +580,10 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         _checkDisputedData(r, prompt, params, output, position);
 
         id = nextChallengeId++;
-        _challenges[id] = Challenge({
+        // The bond is not stored: it is msg.value == challengerBond, an immutable.
+        _challenges[id] = ChallengeRecord({
             challenger: msg.sender,
-            bond: uint96(msg.value), // fits: msg.value == challengerBond <= type(uint96).max
+            refereeEpoch: refereeEpoch,
             operator: r.operator,
             createdAt: uint48(block.timestamp),
             position: position,
@@ -521,28 +595,33 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     }
 
     /// @notice Closes an open challenge with a referee quorum's verdict. Anyone may submit it.
-    /// @param sigs EIP-712 `Verdict(id, operatorAtFault)` signatures of at least `threshold`
-    ///        distinct current referees, ordered by strictly ascending signer address.
+    /// @param sigs EIP-712 `Verdict(id, receiptDigest, position, challenger, operatorAtFault)`
+    ///        signatures (the challenge's own fields) of at least `thresholdAt(epoch)` distinct
+    ///        referees of the challenge's `refereeEpoch`, ordered by strictly ascending signer address.
     function resolve(uint256 id, bool operatorAtFault, bytes[] calldata sigs) external {
-        Challenge storage c = _challenges[id];
+        ChallengeRecord storage c = _challenges[id];
         if (c.status != ChallengeStatus.Open) revert ChallengeNotOpen(id, c.status);
         uint256 deadline = uint256(c.createdAt) + resolveTimeout;
         // INVARIANT: resolve and refundExpired partition time; a challenge closes exactly once.
         if (block.timestamp > deadline) revert ResolveWindowClosed(id, deadline, block.timestamp);
-        // INVARIANT: no verdict without a quorum of distinct current referees.
-        _checkQuorum(verdictDigest(id, operatorAtFault), sigs);
+        address challenger = c.challenger;
+        bytes32 digest = c.receiptDigest;
+        // INVARIANT: no verdict without a quorum of distinct referees of the challenge's own epoch,
+        //            signed over exactly what was challenged.
+        _checkQuorum(
+            _refereeSets[c.refereeEpoch], verdictDigest(id, digest, c.position, challenger, operatorAtFault), sigs
+        );
 
         address operator = c.operator;
-        address challenger = c.challenger;
-        uint256 bond = c.bond;
+        uint256 bond = challengerBond;
         --_operators[operator].openChallenges;
 
         if (operatorAtFault) {
             c.status = ChallengeStatus.OperatorAtFault;
             uint256 slashed;
             // A receipt is slashed at most once, however many challenges name its positions.
-            if (!receiptSlashed[c.receiptDigest]) {
-                receiptSlashed[c.receiptDigest] = true;
+            if (!receiptSlashed[digest]) {
+                receiptSlashed[digest] = true;
                 slashed = _slash(operator, challenger, SlashReason.WrongToken);
             }
             emit ChallengeResolved(id, operator, true, slashed);
@@ -557,57 +636,125 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
 
     /// @notice Refunds the challenger of a challenge the referees did not resolve in time.
     function refundExpired(uint256 id) external {
-        Challenge storage c = _challenges[id];
+        ChallengeRecord storage c = _challenges[id];
         if (c.status != ChallengeStatus.Open) revert ChallengeNotOpen(id, c.status);
         uint256 deadline = uint256(c.createdAt) + resolveTimeout;
         if (block.timestamp <= deadline) revert ResolveWindowNotClosed(id, deadline, block.timestamp);
 
         c.status = ChallengeStatus.Expired;
         --_operators[c.operator].openChallenges;
-        emit ChallengeExpired(id, c.challenger, c.bond);
-        _credit(c.challenger, c.bond);
+        emit ChallengeExpired(id, c.challenger, challengerBond);
+        _credit(c.challenger, challengerBond);
     }
 
-    /// @notice A challenge's record (status `None` for an unused id).
+    /// @notice A challenge's record (all zero, status `None`, for an unused id).
     function getChallenge(uint256 id) external view returns (Challenge memory) {
-        return _challenges[id];
+        ChallengeRecord storage c = _challenges[id];
+        return Challenge({
+            challenger: c.challenger,
+            // every challenge posted exactly challengerBond, which fits uint96 (constructor)
+            // forge-lint: disable-next-line(unsafe-typecast)
+            bond: c.status == ChallengeStatus.None ? 0 : uint96(challengerBond),
+            operator: c.operator,
+            createdAt: c.createdAt,
+            position: c.position,
+            status: c.status,
+            receiptDigest: c.receiptDigest,
+            refereeEpoch: c.refereeEpoch
+        });
     }
 
     /*//////////////////////////////////////////////////////////////
                                 REFEREES
     //////////////////////////////////////////////////////////////*/
 
-    /// @notice Adds a referee (owner only).
-    function addReferee(address referee) external onlyOwner {
-        _addReferee(referee);
+    /// @notice Proposes the next referee epoch's set (owner only), replacing any pending proposal.
+    ///         Anyone can activate it from `eta` on; it then decides the challenges opened after
+    ///         its activation, never one already open.
+    /// @param members Distinct, non-zero addresses, at most MAX_REFEREES.
+    /// @param newThreshold Verdict threshold, 0 < newThreshold <= members.length.
+    /// @return eta block.timestamp + refereeSetDelay.
+    function proposeRefereeSet(address[] calldata members, uint256 newThreshold)
+        external
+        onlyOwner
+        returns (uint256 eta)
+    {
+        uint256 epoch = uint256(refereeEpoch) + 1;
+        if (_pendingEta != 0) _clearRefereeSet(epoch);
+        _writeRefereeSet(epoch, members, newThreshold);
+        // INVARIANT: no set judges anything before refereeSetDelay after it was proposed (a
+        //            replacement restarts the delay).
+        eta = block.timestamp + refereeSetDelay;
+        _pendingEta = SafeCast.toUint64(eta);
+        emit RefereeSetProposed(epoch, members, newThreshold, eta);
     }
 
-    /// @notice Removes a referee (owner only); the threshold must still be reachable afterwards.
-    function removeReferee(address referee) external onlyOwner {
-        if (!_referees.remove(referee)) revert NotReferee(referee);
-        // INVARIANT: threshold <= refereeCount.
-        if (threshold > _referees.length()) revert InvalidThreshold(threshold, _referees.length());
-        emit RefereeRemoved(referee);
+    /// @notice Withdraws the pending proposal (owner only).
+    function cancelRefereeSet() external onlyOwner {
+        if (_pendingEta == 0) revert NoPendingRefereeSet();
+        uint256 epoch = uint256(refereeEpoch) + 1;
+        _clearRefereeSet(epoch);
+        _pendingEta = 0;
+        emit RefereeSetCancelled(epoch);
     }
 
-    /// @notice Sets the verdict threshold M (owner only), 0 < M <= refereeCount().
-    function setThreshold(uint256 newThreshold) external onlyOwner {
-        _setThreshold(newThreshold);
+    /// @notice Makes the pending proposal the current epoch, from its `eta` on. Anyone may call it.
+    function activateRefereeSet() external {
+        uint256 eta = _pendingEta;
+        if (eta == 0) revert NoPendingRefereeSet();
+        // INVARIANT: a proposed set takes effect only refereeSetDelay after its proposal.
+        if (block.timestamp < eta) revert RefereeSetNotReady(eta, block.timestamp);
+        uint64 epoch = refereeEpoch + 1;
+        refereeEpoch = epoch;
+        _pendingEta = 0;
+        RefereeSet storage s = _refereeSets[epoch];
+        emit RefereeSetActivated(epoch, s.members, s.threshold);
     }
 
-    /// @notice Whether `account` is a current referee.
+    /// @notice The pending proposal: its members, threshold and eta (empty, 0 and 0 if none).
+    function pendingRefereeSet() external view returns (address[] memory members, uint256 threshold_, uint256 eta) {
+        eta = _pendingEta;
+        if (eta == 0) return (members, 0, 0);
+        RefereeSet storage s = _refereeSets[uint256(refereeEpoch) + 1];
+        return (s.members, s.threshold, eta);
+    }
+
+    /// @notice Verdict signatures the current epoch needs (M of N); new challenges need this many.
+    function threshold() external view returns (uint256) {
+        return _refereeSets[refereeEpoch].threshold;
+    }
+
+    /// @notice Whether `account` is a referee of the current epoch.
     function isReferee(address account) external view returns (bool) {
-        return _referees.contains(account);
+        return _refereeSets[refereeEpoch].isMember[account];
     }
 
-    /// @notice Number of current referees (N).
+    /// @notice Number of referees (N) of the current epoch.
     function refereeCount() external view returns (uint256) {
-        return _referees.length();
+        return _refereeSets[refereeEpoch].members.length;
     }
 
-    /// @notice The current referees, in no particular order.
+    /// @notice The current epoch's referees, in the order they were proposed.
     function referees() external view returns (address[] memory) {
-        return _referees.values();
+        return _refereeSets[refereeEpoch].members;
+    }
+
+    /// @notice Epoch `epoch`'s referees (empty for 0 and for epochs not yet activated).
+    function refereesAt(uint256 epoch) external view returns (address[] memory) {
+        if (epoch > refereeEpoch) return new address[](0);
+        return _refereeSets[epoch].members;
+    }
+
+    /// @notice Epoch `epoch`'s verdict threshold (0 for 0 and for epochs not yet activated).
+    function thresholdAt(uint256 epoch) external view returns (uint256) {
+        if (epoch > refereeEpoch) return 0;
+        return _refereeSets[epoch].threshold;
+    }
+
+    /// @notice Whether `account` is a referee of epoch `epoch` (false for epochs not yet activated).
+    function isRefereeAt(uint256 epoch, address account) external view returns (bool) {
+        if (epoch > refereeEpoch) return false;
+        return _refereeSets[epoch].isMember[account];
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -676,16 +823,17 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         if (position >= output.length) revert PositionOutOfRange(position, output.length);
     }
 
-    /// @dev Reverts unless `sigs` hold >= threshold signatures of `digest` by distinct current
-    ///      referees in strictly ascending signer order.
-    function _checkQuorum(bytes32 digest, bytes[] calldata sigs) internal view {
-        if (sigs.length < threshold) revert BelowThreshold(sigs.length, threshold);
+    /// @dev Reverts unless `sigs` hold >= set.threshold signatures of `digest` by distinct
+    ///      members of `set`, in strictly ascending signer order.
+    function _checkQuorum(RefereeSet storage set, bytes32 digest, bytes[] calldata sigs) internal view {
+        uint256 m = set.threshold; // > 0: every activated epoch has 0 < threshold <= members
+        if (sigs.length < m) revert BelowThreshold(sigs.length, m);
         address previous;
         for (uint256 i; i < sigs.length; ++i) {
             address signer = ECDSA.recoverCalldata(digest, sigs[i]);
             // INVARIANT: strictly ascending signers, so no referee counts twice.
             if (signer <= previous) revert SignersNotAscending(previous, signer);
-            if (!_referees.contains(signer)) revert NotReferee(signer);
+            if (!set.isMember[signer]) revert NotReferee(signer);
             previous = signer;
         }
     }
@@ -709,18 +857,33 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         emit Credited(account, amount);
     }
 
-    function _addReferee(address referee) internal {
-        if (referee == address(0)) revert ZeroReferee();
-        if (!_referees.add(referee)) revert AlreadyReferee(referee);
-        emit RefereeAdded(referee);
+    /// @dev Validates a referee set and writes it into the (empty) slot of `epoch`.
+    function _writeRefereeSet(uint256 epoch, address[] memory members, uint256 threshold_) internal {
+        uint256 n = members.length;
+        // INVARIANT: at most MAX_REFEREES, so quorum checks and set changes have bounded gas.
+        if (n > MAX_REFEREES) revert TooManyReferees(n, MAX_REFEREES);
+        // INVARIANT: 0 < threshold <= members, so an empty signature list never resolves and a
+        //            quorum is always reachable.
+        if (threshold_ == 0 || threshold_ > n) revert InvalidThreshold(threshold_, n);
+        RefereeSet storage set = _refereeSets[epoch];
+        for (uint256 i; i < n; ++i) {
+            address member = members[i];
+            if (member == address(0)) revert ZeroReferee();
+            if (set.isMember[member]) revert DuplicateReferee(member);
+            set.isMember[member] = true;
+            set.members.push(member);
+        }
+        set.threshold = threshold_;
     }
 
-    function _setThreshold(uint256 newThreshold) internal {
-        // INVARIANT: 0 < threshold <= refereeCount, so an empty signature list never resolves.
-        if (newThreshold == 0 || newThreshold > _referees.length()) {
-            revert InvalidThreshold(newThreshold, _referees.length());
+    /// @dev Empties the slot of `epoch` (a pending proposal being replaced or cancelled).
+    function _clearRefereeSet(uint256 epoch) internal {
+        RefereeSet storage set = _refereeSets[epoch];
+        address[] storage members = set.members;
+        for (uint256 i; i < members.length; ++i) {
+            delete set.isMember[members[i]];
         }
-        emit ThresholdChanged(threshold, newThreshold);
-        threshold = newThreshold;
+        delete set.members;
+        delete set.threshold;
     }
 }

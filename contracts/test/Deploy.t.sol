@@ -6,7 +6,7 @@ import {Deploy} from "../script/Deploy.s.sol";
 import {Anvil} from "../script/utils/DevChain.sol";
 import {SpecmarketBond} from "../src/SpecmarketBond.sol";
 
-/// @dev The deploy script's defaults: anvil referees 1-3, threshold 2, validated config.
+/// @dev The deploy script's defaults: anvil referees 1-3, threshold 2 (epoch 1), validated config.
 contract DeployTest is TestBase {
     function test_run_defaults_succeeds() public {
         SpecmarketBond bond = new Deploy().run();
@@ -24,6 +24,12 @@ contract DeployTest is TestBase {
         assertEq(bond.challengerBond(), 0.1 ether, "challengerBond");
         assertEq(bond.slashAmount(), 1 ether, "slashAmount");
         assertEq(bond.challengerRewardBps(), 5_000, "rewardBps");
+        assertEq(bond.refereeSetDelay(), 4 hours, "refereeSetDelay");
+        assertTrue(bond.refereeSetDelay() > bond.unbondingDelay(), "refereeSetDelay > unbondingDelay");
+        assertEq(bond.refereeEpoch(), 1, "epoch 1");
+        assertEq(bond.thresholdAt(1), 2, "epoch 1 threshold");
+        (address[] memory pending,, uint256 eta) = bond.pendingRefereeSet();
+        assertEq(pending.length + eta, 0, "no pending proposal");
     }
 
     /// The scripts' hard-coded anvil keys and accounts belong together.

@@ -264,6 +264,171 @@ contract SpecmarketBondFuzzTest is BondFixture {
         bond.withdrawBond();
     }
 
+    // -- verdict binding --------------------------------------------------------------------
+
+    /// A verdict signed for any other (id, receipt digest, position, challenger) than the
+    /// challenge's own never resolves it.
+    function testFuzz_resolve_mismatchedVerdictFields_reverts(
+        uint256 id,
+        bytes32 digest,
+        uint32 position,
+        address who,
+        uint8 keep,
+        bool fault
+    ) public {
+        uint256 real = _openChallenge();
+        SpecmarketBond.Challenge memory c = bond.getChallenge(real);
+        // keep some of the real fields (bit i of `keep`), so near misses get tried too
+        if (keep & 1 != 0) id = real;
+        if (keep & 2 != 0) digest = c.receiptDigest;
+        if (keep & 4 != 0) position = c.position;
+        if (keep & 8 != 0) who = c.challenger;
+        vm.assume(id != real || digest != c.receiptDigest || position != c.position || who != c.challenger);
+        uint256[] memory pks = new uint256[](2);
+        (pks[0], pks[1]) = (refPks[0], refPks[1]);
+        bytes[] memory sigs = _signDigest(bond.verdictDigest(id, digest, position, who, fault), pks);
+        address first = _recover(bond.verdictDigest(real, c.receiptDigest, c.position, c.challenger, fault), sigs[0]);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, first));
+        bond.resolve(real, fault, sigs);
+        assertEq(_bondOf(operator), 2 ether, "no slash");
+    }
+
+    /// verdictDigest equals the EIP-712 digest written out word by word, for any fields.
+    function testFuzz_verdictDigest_matchesReference(
+        uint256 id,
+        bytes32 digest,
+        uint32 position,
+        address who,
+        bool fault
+    ) public view {
+        assertEq(
+            bond.verdictDigest(id, digest, position, who, fault),
+            _refVerdictDigest(bond, id, digest, position, who, fault),
+            "verdictDigest"
+        );
+    }
+
+    // -- referee epochs ---------------------------------------------------------------------
+
+    function testFuzz_constructor_refereeSetDelay(uint256 delay) public {
+        delay = bound(delay, 0, 20 * 365 days);
+        SpecmarketBond.Config memory c = _config();
+        c.refereeSetDelay = delay;
+        if (delay <= UNBONDING_DELAY) {
+            vm.expectRevert(
+                abi.encodeWithSelector(SpecmarketBond.RefereeSetDelayTooShort.selector, delay, UNBONDING_DELAY)
+            );
+        } else if (delay > 10 * 365 days) {
+            vm.expectRevert(
+                abi.encodeWithSelector(SpecmarketBond.RefereeSetDelayTooLong.selector, delay, 10 * 365 days)
+            );
+        }
+        new SpecmarketBond(owner, c, refAddrs, 2);
+    }
+
+    /// Any member count, threshold, and a repeated or zero member: accepted iff valid.
+    function testFuzz_proposeRefereeSet_validation(uint8 n, uint8 m, uint8 dupAt, bool zero) public {
+        uint256 count = bound(n, 0, 40);
+        address[] memory members = new address[](count);
+        for (uint256 i; i < count; ++i) {
+            members[i] = address(uint160(0xF000 + i));
+        }
+        bool dup = count >= 2 && dupAt % 4 == 0;
+        uint256 idx = count == 0 ? 0 : dupAt % count;
+        if (dup && idx != 0) members[idx] = members[0];
+        if (zero && count > 0) members[idx] = address(0);
+        dup = dup && idx != 0 && !zero;
+        bool hasZero = zero && count > 0;
+        if (count > 32) {
+            vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.TooManyReferees.selector, count, 32));
+        } else if (m == 0 || m > count) {
+            vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, m, count));
+        } else if (hasZero) {
+            vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroReferee.selector));
+        } else if (dup) {
+            vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.DuplicateReferee.selector, members[0]));
+        }
+        vm.prank(owner);
+        bond.proposeRefereeSet(members, m);
+        (address[] memory pending, uint256 pm,) = bond.pendingRefereeSet();
+        bool valid = count <= 32 && m > 0 && m <= count && !hasZero && !dup;
+        assertEq(pending.length, valid ? count : 0, "pending iff valid");
+        assertEq(pm, valid ? m : 0, "pending threshold");
+    }
+
+    /// No set is activated before refereeSetDelay after its proposal; any time after, anyone can.
+    function testFuzz_activateRefereeSet_timing(uint256 wait, address caller) public {
+        wait = bound(wait, 0, 2 * REFEREE_SET_DELAY);
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(refAddrs, 1);
+        vm.warp(block.timestamp + wait);
+        if (block.timestamp < eta) {
+            vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.RefereeSetNotReady.selector, eta, block.timestamp));
+        }
+        vm.prank(caller);
+        bond.activateRefereeSet();
+        assertEq(bond.refereeEpoch(), block.timestamp < eta ? 1 : 2, "epoch");
+    }
+
+    /// Epochs 1..k (disjoint 2-of-3 sets), a challenge opened under epoch `open`, maybe one more
+    /// activation while it is open: only its own epoch's quorum decides it.
+    function testFuzz_resolve_onlyOwnEpochQuorum(uint256 before, bool oneMore, uint256 signWith, bool fault) public {
+        before = bound(before, 0, 3);
+        for (uint256 i; i < before; ++i) {
+            (, address[] memory addrs) = _refereeKeys(0x200 + 16 * (i + 2), 3);
+            _activateSet(addrs, 2);
+        }
+        uint256 eta;
+        if (oneMore) {
+            (, address[] memory addrs) = _refereeKeys(0x200 + 16 * (before + 3), 3);
+            vm.prank(owner);
+            eta = bond.proposeRefereeSet(addrs, 2);
+            vm.warp(eta - 1 days); // the challenge opens a day before the new set can be activated
+        }
+        uint256 id = _openChallenge();
+        uint256 own = bond.getChallenge(id).refereeEpoch;
+        assertEq(own, before + 1, "snapshotted epoch");
+        if (oneMore) {
+            vm.warp(eta);
+            bond.activateRefereeSet();
+        }
+        uint256 s = 1 + bound(signWith, 0, bond.refereeEpoch() - 1);
+        uint256[] memory pks;
+        if (s == 1) pks = _prefix2(refPks);
+        else (pks,) = _refereeKeys(0x200 + 16 * s, 3);
+        bytes[] memory sigs = _verdictSigs(bond, id, fault, _prefix2(pks));
+        if (s != own) {
+            vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, vm.addr(_prefix2(pks)[0])));
+        }
+        bond.resolve(id, fault, sigs);
+        bool slashed = s == own && fault;
+        assertEq(_bondOf(operator), slashed ? 2 ether - SLASH_AMOUNT : 2 ether, "only its own epoch decides");
+    }
+
+    function _prefix2(uint256[] memory pks) internal pure returns (uint256[] memory two) {
+        two = new uint256[](2);
+        (two[0], two[1]) = (pks[0], pks[1]);
+    }
+
+    /// However late within refereeSetDelay - unbondingDelay after a proposal the operator
+    /// requests unbonding, its bond is out before the proposed set can be activated (or in the
+    /// same second, ahead of it).
+    function testFuzz_requestUnbond_afterProposal_escapes(uint256 reactAfter) public {
+        reactAfter = bound(reactAfter, 0, REFEREE_SET_DELAY - UNBONDING_DELAY);
+        address[] memory solo = new address[](1);
+        solo[0] = vm.addr(0x5E1F);
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(solo, 1);
+        vm.warp(block.timestamp + reactAfter);
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        assertTrue(block.timestamp <= eta, "no later than the eta");
+        vm.prank(operator);
+        bond.withdrawBond();
+        assertEq(bond.credits(operator), 2 ether, "whole bond credited");
+    }
+
     // -- positions and token arrays ---------------------------------------------------------
 
     function testFuzz_challenge_positions(uint32[] memory out, uint32 position) public {
@@ -321,13 +486,13 @@ contract SpecmarketBondFuzzTest is BondFixture {
 
     // -- signer sets ------------------------------------------------------------------------
 
-    /// N = 5 referees, any threshold M, any subset signs: resolves iff |subset| >= M.
+    /// N = 5 referees, any threshold M (set by a timelocked epoch change), any subset signs:
+    /// resolves iff |subset| >= M.
     function testFuzz_resolve_signerSubsets(uint8 mask, uint256 m, bool fault) public {
         uint256[] memory all = fivePks;
         m = bound(m, 1, 5);
         bond = bond5;
-        vm.prank(owner);
-        bond.setThreshold(m);
+        _activateSet(fiveAddrs, m); // epoch 2: the same five referees, threshold m
         uint256 id = _openChallenge();
 
         uint256 count;

@@ -67,29 +67,31 @@ contract SpecmarketBondTest is BondFixture {
         assertEq(bond.slashAmount(), SLASH_AMOUNT, "slashAmount");
         assertEq(bond.challengerRewardBps(), REWARD_BPS, "rewardBps");
         assertEq(bond.treasury(), treasury, "treasury");
+        assertEq(bond.refereeSetDelay(), REFEREE_SET_DELAY, "refereeSetDelay");
         assertEq(bond.owner(), owner, "owner");
+        assertEq(bond.refereeEpoch(), 1, "epoch 1");
         assertEq(bond.threshold(), 2, "threshold");
+        assertEq(bond.thresholdAt(1), 2, "thresholdAt(1)");
         assertEq(bond.refereeCount(), 3, "refereeCount");
+        address[] memory listed = bond.referees();
+        address[] memory listedAt = bond.refereesAt(1);
+        assertEq(listed.length, 3, "referees()");
+        assertEq(listedAt.length, 3, "refereesAt(1)");
         for (uint256 i; i < 3; ++i) {
             assertTrue(bond.isReferee(refAddrs[i]), "isReferee");
+            assertTrue(bond.isRefereeAt(1, refAddrs[i]), "isRefereeAt");
+            assertEq(listed[i], refAddrs[i], "referees() in the constructor's order");
+            assertEq(listedAt[i], refAddrs[i], "refereesAt(1) in the constructor's order");
         }
-        address[] memory listed = bond.referees();
-        assertEq(listed.length, 3, "referees()");
-        for (uint256 i; i < listed.length; ++i) {
-            assertTrue(bond.isReferee(listed[i]), "referees() lists referees");
-        }
+        assertFalse(bond.isReferee(owner), "the owner is no referee");
+        (address[] memory pending, uint256 m, uint256 eta) = bond.pendingRefereeSet();
+        assertEq(pending.length + m + eta, 0, "nothing pending");
         assertEq(bond.nextChallengeId(), 1, "ids start at 1");
     }
 
-    function test_constructor_emitsRefereeAndThresholdEvents_succeeds() public {
+    function test_constructor_emitsRefereeSetActivated_succeeds() public {
         vm.expectEmit(true, false, false, true);
-        emit SpecmarketBond.RefereeAdded(refAddrs[0]);
-        vm.expectEmit(true, false, false, true);
-        emit SpecmarketBond.RefereeAdded(refAddrs[1]);
-        vm.expectEmit(true, false, false, true);
-        emit SpecmarketBond.RefereeAdded(refAddrs[2]);
-        vm.expectEmit(false, false, false, true);
-        emit SpecmarketBond.ThresholdChanged(0, 3);
+        emit SpecmarketBond.RefereeSetActivated(1, refAddrs, 3);
         new SpecmarketBond(owner, _config(), refAddrs, 3);
     }
 
@@ -138,6 +140,7 @@ contract SpecmarketBondTest is BondFixture {
     function test_constructor_maxUnbondingDelay_succeeds() public {
         SpecmarketBond.Config memory c = _config();
         c.unbondingDelay = 5 * 365 days;
+        c.refereeSetDelay = 5 * 365 days + 1;
         SpecmarketBond b = new SpecmarketBond(owner, c, refAddrs, 2);
         vm.deal(operator, 1 ether);
         vm.prank(operator);
@@ -156,6 +159,56 @@ contract SpecmarketBondTest is BondFixture {
         c.unbondingDelay = CHALLENGE_WINDOW + RESOLVE_TIMEOUT + 1;
         SpecmarketBond b = new SpecmarketBond(owner, c, refAddrs, 2);
         assertEq(b.unbondingDelay(), c.unbondingDelay, "unbondingDelay");
+    }
+
+    function test_constructor_refereeSetDelayEqualToUnbondingDelay_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.refereeSetDelay = UNBONDING_DELAY;
+        _expectDeployRevert(
+            c,
+            refAddrs,
+            2,
+            abi.encodeWithSelector(SpecmarketBond.RefereeSetDelayTooShort.selector, UNBONDING_DELAY, UNBONDING_DELAY)
+        );
+    }
+
+    function test_constructor_zeroRefereeSetDelay_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.refereeSetDelay = 0;
+        _expectDeployRevert(
+            c, refAddrs, 2, abi.encodeWithSelector(SpecmarketBond.RefereeSetDelayTooShort.selector, 0, UNBONDING_DELAY)
+        );
+    }
+
+    function test_constructor_refereeSetDelayJustAboveUnbondingDelay_succeeds() public {
+        SpecmarketBond.Config memory c = _config();
+        c.refereeSetDelay = UNBONDING_DELAY + 1;
+        SpecmarketBond b = new SpecmarketBond(owner, c, refAddrs, 2);
+        assertEq(b.refereeSetDelay(), UNBONDING_DELAY + 1, "refereeSetDelay");
+    }
+
+    function test_constructor_refereeSetDelayTooLong_reverts() public {
+        SpecmarketBond.Config memory c = _config();
+        c.refereeSetDelay = 10 * 365 days + 1;
+        _expectDeployRevert(
+            c,
+            refAddrs,
+            2,
+            abi.encodeWithSelector(SpecmarketBond.RefereeSetDelayTooLong.selector, c.refereeSetDelay, 10 * 365 days)
+        );
+    }
+
+    function test_constructor_maxRefereeSetDelay_succeeds() public {
+        SpecmarketBond.Config memory c = _config();
+        c.refereeSetDelay = 10 * 365 days;
+        SpecmarketBond b = new SpecmarketBond(owner, c, refAddrs, 2);
+        vm.warp(type(uint32).max); // year 2106: the eta still fits
+        vm.prank(owner);
+        uint256 eta = b.proposeRefereeSet(refAddrs, 1);
+        assertEq(eta, uint256(type(uint32).max) + 10 * 365 days, "eta");
+        vm.warp(eta);
+        b.activateRefereeSet();
+        assertEq(b.threshold(), 1, "every proposal can take effect");
     }
 
     function test_constructor_zeroChallengerBond_reverts() public {
@@ -206,8 +259,25 @@ contract SpecmarketBondTest is BondFixture {
         refs[0] = refAddrs[0];
         refs[1] = refAddrs[0];
         _expectDeployRevert(
-            _config(), refs, 1, abi.encodeWithSelector(SpecmarketBond.AlreadyReferee.selector, refAddrs[0])
+            _config(), refs, 1, abi.encodeWithSelector(SpecmarketBond.DuplicateReferee.selector, refAddrs[0])
         );
+    }
+
+    function test_constructor_tooManyReferees_reverts() public {
+        _expectDeployRevert(
+            _config(), _addrs(33), 1, abi.encodeWithSelector(SpecmarketBond.TooManyReferees.selector, 33, 32)
+        );
+    }
+
+    /// 32 referees, all 32 must sign: the largest quorum check, with bounded gas.
+    function test_constructor_maxReferees_succeeds() public {
+        (uint256[] memory pks, address[] memory addrs) = _refereeKeys(0x1000, 32);
+        bond = new SpecmarketBond(owner, _config(), addrs, 32);
+        vm.prank(operator);
+        bond.register{value: 2 ether}(MODEL);
+        uint256 id = _openChallenge();
+        bond.resolve(id, true, _verdictSigs(bond, id, true, pks));
+        assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "a 32-of-32 quorum resolves");
     }
 
     function test_constructor_zeroThreshold_reverts() public {
@@ -472,7 +542,8 @@ contract SpecmarketBondTest is BondFixture {
     // bond at 0x5FbDB2315678afecb367f032d93F642f64180aa3 on chain 31337; operator key 0xB0B; issuedAt 1.7e9.
     bytes32 internal constant KAT_DOMAIN = 0x408a43d5eb2998feca380fd4851cd16b61794853ce88550d3439ebdbffa58a20;
     bytes32 internal constant KAT_RECEIPT_DIGEST = 0xb285e762a35fc755ea777bb033e651c6f69743fd7dae04dfc2127caa8cce16c9;
-    bytes32 internal constant KAT_VERDICT_DIGEST = 0xc207406a4a3a02f005b80aeba36bcdbc41906f0ee27b97fa5e543b6235f6ca88;
+    // Verdict: challengeId 7, the receipt digest above, position 3, challenger 0x…C4A1, at fault.
+    bytes32 internal constant KAT_VERDICT_DIGEST = 0x9f6581517be2847bbd2066dfc0832e68ce87f88e196c0b5a84f38ec802c85699;
     bytes internal constant KAT_SIG =
         hex"a1a7a175d657bbd45a85c53d4d483b6b87765d0a4188add7e5fa81223b056008699e9f52c5cd31fc29dfefe2a4c3c7a71100a8d42e591e2132577f4d454f59d91c";
 
@@ -526,7 +597,7 @@ contract SpecmarketBondTest is BondFixture {
         // forge's vm.sign and libsecp256k1 both use RFC 6979 nonces: same signature byte for byte.
         assertEq(keccak256(TestUtils.sign(OPERATOR_PK, b.receiptDigest(r))), keccak256(KAT_SIG), "signature");
         assertEq(b.receiptSigner(r, KAT_SIG), operator, "signer");
-        assertEq(b.verdictDigest(7, true), KAT_VERDICT_DIGEST, "verdict digest");
+        assertEq(b.verdictDigest(7, KAT_RECEIPT_DIGEST, 3, challenger, true), KAT_VERDICT_DIGEST, "verdict digest");
     }
 
     function test_receiptDigest_matchesManualEip712_succeeds() public view {
@@ -555,10 +626,27 @@ contract SpecmarketBondTest is BondFixture {
             )
         );
         assertEq(bond.receiptDigest(r), keccak256(abi.encodePacked("\x19\x01", domain, structHash)), "digest");
-        bytes32 verdictStruct =
-            keccak256(abi.encode(keccak256("Verdict(uint256 challengeId,bool operatorAtFault)"), uint256(9), false));
+        bytes32 verdictStruct = keccak256(
+            abi.encode(
+                keccak256(
+                    "Verdict(uint256 challengeId,bytes32 receiptDigest,uint32 position,address challenger,bool operatorAtFault)"
+                ),
+                uint256(9),
+                bond.receiptDigest(r),
+                uint32(5),
+                challenger,
+                false
+            )
+        );
         assertEq(
-            bond.verdictDigest(9, false), keccak256(abi.encodePacked("\x19\x01", domain, verdictStruct)), "verdict"
+            bond.verdictDigest(9, bond.receiptDigest(r), 5, challenger, false),
+            keccak256(abi.encodePacked("\x19\x01", domain, verdictStruct)),
+            "verdict"
+        );
+        assertEq(
+            bond.verdictDigest(9, bond.receiptDigest(r), 5, challenger, false),
+            _refVerdictDigest(bond, 9, bond.receiptDigest(r), 5, challenger, false),
+            "verdict, word by word"
         );
     }
 
@@ -617,10 +705,16 @@ contract SpecmarketBondTest is BondFixture {
             "RECEIPT_TYPEHASH"
         );
         assertEq(
-            bond.VERDICT_TYPEHASH(), keccak256("Verdict(uint256 challengeId,bool operatorAtFault)"), "VERDICT_TYPEHASH"
+            bond.VERDICT_TYPEHASH(),
+            keccak256(
+                "Verdict(uint256 challengeId,bytes32 receiptDigest,uint32 position,address challenger,bool operatorAtFault)"
+            ),
+            "VERDICT_TYPEHASH"
         );
         assertEq(bond.BPS(), 10_000, "BPS");
         assertEq(bond.MAX_UNBONDING_DELAY(), 5 * 365 days, "MAX_UNBONDING_DELAY");
+        assertEq(bond.MAX_REFEREE_SET_DELAY(), 10 * 365 days, "MAX_REFEREE_SET_DELAY");
+        assertEq(bond.MAX_REFEREES(), 32, "MAX_REFEREES");
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -825,6 +919,7 @@ contract SpecmarketBondTest is BondFixture {
         assertEq(c.position, 3, "position");
         assertTrue(c.status == SpecmarketBond.ChallengeStatus.Open, "open");
         assertEq(c.receiptDigest, digest, "digest");
+        assertEq(c.refereeEpoch, 1, "decided by epoch 1");
         assertEq(_openOf(operator), 1, "openChallenges");
         assertEq(address(bond).balance, 2 ether + CHALLENGER_BOND, "bond held");
     }
@@ -1015,6 +1110,16 @@ contract SpecmarketBondTest is BondFixture {
         assertTrue(c.status == SpecmarketBond.ChallengeStatus.None, "unused id");
         assertEq(c.challenger, address(0), "empty record");
         assertEq(c.bond, 0, "no bond");
+        assertEq(c.refereeEpoch, 0, "no epoch");
+    }
+
+    function test_challenge_snapshotsRefereeEpoch_succeeds() public {
+        uint256 id1 = _openChallenge();
+        _activateSet(_addrs(3), 1);
+        uint256 id2 = _openChallenge();
+        assertEq(bond.getChallenge(id1).refereeEpoch, 1, "opened under epoch 1");
+        assertEq(bond.getChallenge(id2).refereeEpoch, 2, "opened under epoch 2");
+        assertEq(bond.getChallenge(id1).bond, CHALLENGER_BOND, "bond");
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -1159,29 +1264,164 @@ contract SpecmarketBondTest is BondFixture {
         bond.resolve(id, true, sigs);
     }
 
-    function test_resolve_removedRefereeSigner_reverts() public {
+    /// @dev Expects `resolve(id, fault, sigs)` to revert with NotReferee(first signer as recovered
+    ///      from the challenge's true verdict digest).
+    function _expectForeignVerdict(uint256 id, bool fault, bytes[] memory sigs) internal {
+        SpecmarketBond.Challenge memory c = bond.getChallenge(id);
+        address first = _recover(bond.verdictDigest(id, c.receiptDigest, c.position, c.challenger, fault), sigs[0]);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, first));
+        bond.resolve(id, fault, sigs);
+    }
+
+    /// @dev The first `m` epoch-1 referees' signatures over a verdict with the given fields.
+    function _quorumFor(uint256 id, bytes32 digest, uint32 position, address who, bool fault, uint256 m)
+        internal
+        returns (bytes[] memory)
+    {
+        uint256[] memory pks = new uint256[](m);
+        for (uint256 i; i < m; ++i) {
+            pks[i] = refPks[i];
+        }
+        return _signDigest(bond.verdictDigest(id, digest, position, who, fault), pks);
+    }
+
+    function test_resolve_verdictForOtherReceiptDigest_reverts() public {
         uint256 id = _openChallenge();
-        vm.prank(owner);
-        bond.removeReferee(refAddrs[1]);
+        SpecmarketBond.Challenge memory c = bond.getChallenge(id);
+        bytes32 other = keccak256("another receipt");
+        _expectForeignVerdict(id, true, _quorumFor(id, other, c.position, c.challenger, true, 2));
+        assertEq(_bondOf(operator), 2 ether, "not slashed");
+    }
+
+    function test_resolve_verdictForOtherPosition_reverts() public {
+        uint256 id = _openChallenge();
+        SpecmarketBond.Challenge memory c = bond.getChallenge(id);
+        _expectForeignVerdict(id, true, _quorumFor(id, c.receiptDigest, c.position + 1, c.challenger, true, 2));
+        assertEq(_bondOf(operator), 2 ether, "not slashed");
+    }
+
+    function test_resolve_verdictForOtherChallenger_reverts() public {
+        uint256 id = _openChallenge();
+        SpecmarketBond.Challenge memory c = bond.getChallenge(id);
+        _expectForeignVerdict(id, true, _quorumFor(id, c.receiptDigest, c.position, reporter, true, 2));
+        assertEq(_bondOf(operator), 2 ether, "not slashed");
+    }
+
+    /// A reorg replaces challenge 1 (at fault) with another challenge 1 on the same receipt, by
+    /// another challenger at another position: the referees' at-fault verdict for the first one
+    /// doesn't land on it.
+    function test_resolve_verdictAfterReorg_reverts() public {
+        uint256 beforeFork = vmx.snapshotState();
+        uint256 id = _openChallenge(); // challenger, position 3
         bytes[] memory sigs = _quorum(id, true, 2);
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, refAddrs[1]));
+        vmx.revertToState(beforeFork);
+
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
+        vm.deal(reporter, CHALLENGER_BOND);
+        vm.prank(reporter);
+        uint256 reorged = bond.challenge{value: CHALLENGER_BOND}(r, sig, prompt, params, output, 5);
+        assertEq(reorged, id, "the same id");
+        _expectForeignVerdict(id, true, sigs);
+        bond.resolve(id, false, _quorum(id, false, 2)); // its own referees clear it
+        assertEq(_bondOf(operator), 2 ether, "not slashed");
+    }
+
+    /// The owner proposes a 1-of-1 set of its own key: until the delay passes and the set is
+    /// activated, the owner's verdicts count for nothing, and they never count for a challenge
+    /// opened before the activation.
+    function test_resolve_ownerSoloSetBeforeDelay_reverts() public {
+        uint256 ownerPk = 0x5E1F;
+        address[] memory solo = new address[](1);
+        solo[0] = vm.addr(ownerPk);
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(solo, 1);
+        uint256[] memory ownerKey = new uint256[](1);
+        ownerKey[0] = ownerPk;
+
+        uint256 id = _openChallenge();
+        bytes[] memory sigs = _verdictSigs(bond, id, true, ownerKey);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 1, 2));
+        bond.resolve(id, true, sigs);
+
+        vm.warp(eta - 1);
+        uint256 late = _openChallenge(); // still epoch 1
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.RefereeSetNotReady.selector, eta, eta - 1));
+        bond.activateRefereeSet();
+        sigs = _verdictSigs(bond, late, true, ownerKey);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 1, 2));
+        bond.resolve(late, true, sigs);
+
+        vm.warp(eta);
+        bond.activateRefereeSet();
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 1, 2));
+        bond.resolve(late, true, sigs); // opened under epoch 1: the owner's epoch 2 can't decide it
+        assertEq(_bondOf(operator), 2 ether, "not slashed");
+    }
+
+    /// A challenge opened under epoch 1 is decided by epoch 1's quorum after epoch 2 (which removed
+    /// every epoch-1 referee) has activated; epoch 2's signatures are refused for it.
+    function test_resolve_openChallengeKeepsItsEpoch_succeeds() public {
+        (uint256[] memory pks2, address[] memory addrs2) = _refereeKeys(0xE1, 3);
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(addrs2, 2);
+        vm.warp(eta - 1 days);
+        uint256 id = _openChallenge();
+        vm.warp(eta);
+        bond.activateRefereeSet();
+        assertFalse(bond.isReferee(refAddrs[0]), "removed from the current set");
+
+        _expectForeignVerdictSigners(id, pks2);
+        bond.resolve(id, true, _quorum(id, true, 2)); // epoch 1's referees, removed since
+        assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "decided by epoch 1");
+    }
+
+    /// Epoch 2's quorum (threshold 3) decides challenges opened after its activation; epoch 1's
+    /// referees and threshold no longer count for them.
+    function test_resolve_challengeAfterActivationUsesNewEpoch_succeeds() public {
+        (uint256[] memory pks2, address[] memory addrs2) = _refereeKeys(0xE1, 3);
+        _activateSet(addrs2, 3);
+        uint256 id = _openChallenge();
+        assertEq(bond.getChallenge(id).refereeEpoch, 2, "epoch 2");
+        bytes[] memory old = _quorum(id, true, 3);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, refAddrs[0]));
+        bond.resolve(id, true, old);
+        bytes[] memory two = _verdictSigs(bond, id, true, _prefixOf(pks2, 2));
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 2, 3));
+        bond.resolve(id, true, two);
+        bond.resolve(id, true, _verdictSigs(bond, id, true, pks2));
+        assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "decided by epoch 2");
+    }
+
+    /// Lowering the threshold in a later epoch doesn't lower it for challenges already open.
+    function test_resolve_thresholdOfChallengeEpoch_reverts() public {
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(refAddrs, 1);
+        vm.warp(eta - 1 days);
+        uint256 id = _openChallenge();
+        vm.warp(eta);
+        bond.activateRefereeSet();
+        assertEq(bond.threshold(), 1, "epoch 2: 1 of 3");
+        bytes[] memory one = _quorum(id, true, 1);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 1, 2));
+        bond.resolve(id, true, one);
+    }
+
+    function _expectForeignVerdictSigners(uint256 id, uint256[] memory pks) internal {
+        bytes[] memory sigs = _verdictSigs(bond, id, true, pks);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, vm.addr(pks[0])));
         bond.resolve(id, true, sigs);
     }
 
     function test_resolve_signaturesForOppositeVerdict_reverts() public {
         uint256 id = _openChallenge();
-        bytes[] memory sigs = _quorum(id, false, 2); // referees said: not at fault
-        address first = _recover(bond.verdictDigest(id, true), sigs[0]);
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, first));
-        bond.resolve(id, true, sigs);
+        _expectForeignVerdict(id, true, _quorum(id, false, 2)); // referees said: not at fault
     }
 
+    /// Another challenge's id with this challenge's fields (as after a reorg that renumbered it).
     function test_resolve_signaturesForOtherChallenge_reverts() public {
         uint256 id = _openChallenge();
-        bytes[] memory sigs = _quorum(id + 1, true, 2);
-        address first = _recover(bond.verdictDigest(id, true), sigs[0]);
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, first));
-        bond.resolve(id, true, sigs);
+        SpecmarketBond.Challenge memory c = bond.getChallenge(id);
+        _expectForeignVerdict(id, true, _quorumFor(id + 1, c.receiptDigest, c.position, c.challenger, true, 2));
     }
 
     function test_resolve_verdictForOtherChainId_reverts() public {
@@ -1190,9 +1430,7 @@ contract SpecmarketBondTest is BondFixture {
         vm.chainId(chain + 7);
         bytes[] memory sigs = _quorum(id, true, 2);
         vm.chainId(chain);
-        address first = _recover(bond.verdictDigest(id, true), sigs[0]);
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, first));
-        bond.resolve(id, true, sigs);
+        _expectForeignVerdict(id, true, sigs);
     }
 
     function test_resolve_highSVerdict_reverts() public {
@@ -1273,92 +1511,266 @@ contract SpecmarketBondTest is BondFixture {
                                 REFEREES
     //////////////////////////////////////////////////////////////*/
 
-    function test_addReferee_byOwner_succeeds() public {
-        address r = address(0x4EF);
+    /// @dev `n` distinct non-zero addresses that hold no key of the fixture.
+    function _addrs(uint256 n) internal pure returns (address[] memory a) {
+        a = new address[](n);
+        for (uint256 i; i < n; ++i) {
+            a[i] = address(uint160(0xF000 + i));
+        }
+    }
+
+    function _prefixOf(uint256[] memory pks, uint256 n) internal pure returns (uint256[] memory out) {
+        out = new uint256[](n);
+        for (uint256 i; i < n; ++i) {
+            out[i] = pks[i];
+        }
+    }
+
+    function _expectProposeRevert(address[] memory members, uint256 m, bytes memory err) internal {
+        vm.expectRevert(err);
+        vm.prank(owner);
+        bond.proposeRefereeSet(members, m);
+    }
+
+    function test_proposeRefereeSet_byOwner_succeeds() public {
+        address[] memory next = _addrs(4);
+        uint256 eta = block.timestamp + REFEREE_SET_DELAY;
         vm.expectEmit(true, false, false, true, address(bond));
-        emit SpecmarketBond.RefereeAdded(r);
+        emit SpecmarketBond.RefereeSetProposed(2, next, 3, eta);
         vm.prank(owner);
-        bond.addReferee(r);
-        assertTrue(bond.isReferee(r), "added");
-        assertEq(bond.refereeCount(), 4, "count");
+        assertEq(bond.proposeRefereeSet(next, 3), eta, "eta");
+
+        (address[] memory members, uint256 m, uint256 eta_) = bond.pendingRefereeSet();
+        assertEq(members.length, 4, "pending members");
+        for (uint256 i; i < 4; ++i) {
+            assertEq(members[i], next[i], "pending member");
+            assertFalse(bond.isReferee(next[i]), "not a referee yet");
+            assertFalse(bond.isRefereeAt(2, next[i]), "epoch 2 doesn't exist yet");
+        }
+        assertEq(m, 3, "pending threshold");
+        assertEq(eta_, eta, "pending eta");
+        assertEq(bond.refereeEpoch(), 1, "still epoch 1");
+        assertEq(bond.threshold(), 2, "epoch 1's threshold");
+        assertEq(bond.refereesAt(2).length, 0, "refereesAt(2) empty");
+        assertEq(bond.thresholdAt(2), 0, "thresholdAt(2) zero");
     }
 
-    function test_addReferee_notOwner_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, reporter));
-        vm.prank(reporter);
-        bond.addReferee(address(0x4EF));
-    }
-
-    function test_addReferee_zeroAddress_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ZeroReferee.selector));
-        vm.prank(owner);
-        bond.addReferee(address(0));
-    }
-
-    function test_addReferee_duplicate_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.AlreadyReferee.selector, refAddrs[0]));
-        vm.prank(owner);
-        bond.addReferee(refAddrs[0]);
-    }
-
-    function test_removeReferee_byOwner_succeeds() public {
-        vm.expectEmit(true, false, false, true, address(bond));
-        emit SpecmarketBond.RefereeRemoved(refAddrs[2]);
-        vm.prank(owner);
-        bond.removeReferee(refAddrs[2]);
-        assertFalse(bond.isReferee(refAddrs[2]), "removed");
+    /// A set may keep current referees: epochs are independent sets, not edits.
+    function test_proposeRefereeSet_overlappingCurrentSet_succeeds() public {
+        address[] memory next = new address[](2);
+        (next[0], next[1]) = (refAddrs[2], address(0xF00D));
+        _activateSet(next, 2);
+        assertTrue(bond.isReferee(refAddrs[2]) && bond.isReferee(address(0xF00D)), "members");
+        assertFalse(bond.isReferee(refAddrs[0]), "dropped");
+        assertTrue(bond.isRefereeAt(1, refAddrs[0]), "still in epoch 1");
         assertEq(bond.refereeCount(), 2, "count");
     }
 
-    function test_removeReferee_notOwner_reverts() public {
+    function test_proposeRefereeSet_maxReferees_succeeds() public {
+        vm.prank(owner);
+        bond.proposeRefereeSet(_addrs(32), 32);
+        (address[] memory members,,) = bond.pendingRefereeSet();
+        assertEq(members.length, 32, "32 members");
+    }
+
+    function test_proposeRefereeSet_notOwner_reverts() public {
         vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, reporter));
         vm.prank(reporter);
-        bond.removeReferee(refAddrs[0]);
+        bond.proposeRefereeSet(_addrs(1), 1);
     }
 
-    function test_removeReferee_notReferee_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotReferee.selector, reporter));
-        vm.prank(owner);
-        bond.removeReferee(reporter);
+    function test_proposeRefereeSet_zeroReferee_reverts() public {
+        address[] memory next = _addrs(3);
+        next[1] = address(0);
+        _expectProposeRevert(next, 2, abi.encodeWithSelector(SpecmarketBond.ZeroReferee.selector));
     }
 
-    function test_removeReferee_belowThreshold_reverts() public {
-        vm.prank(owner);
-        bond.removeReferee(refAddrs[0]);
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 2, 1));
-        vm.prank(owner);
-        bond.removeReferee(refAddrs[1]);
+    function test_proposeRefereeSet_duplicate_reverts() public {
+        address[] memory next = _addrs(3);
+        next[2] = next[0];
+        _expectProposeRevert(next, 2, abi.encodeWithSelector(SpecmarketBond.DuplicateReferee.selector, next[0]));
     }
 
-    function test_setThreshold_byOwner_succeeds() public {
-        vm.expectEmit(false, false, false, true, address(bond));
-        emit SpecmarketBond.ThresholdChanged(2, 3);
-        vm.prank(owner);
-        bond.setThreshold(3);
-        assertEq(bond.threshold(), 3, "threshold");
-        uint256 id = _openChallenge();
-        bytes[] memory two = _quorum(id, true, 2);
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.BelowThreshold.selector, 2, 3));
-        bond.resolve(id, true, two);
-        bond.resolve(id, true, _quorum(id, true, 3));
+    function test_proposeRefereeSet_tooMany_reverts() public {
+        _expectProposeRevert(_addrs(33), 2, abi.encodeWithSelector(SpecmarketBond.TooManyReferees.selector, 33, 32));
     }
 
-    function test_setThreshold_zero_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 0, 3));
-        vm.prank(owner);
-        bond.setThreshold(0);
+    function test_proposeRefereeSet_zeroThreshold_reverts() public {
+        _expectProposeRevert(_addrs(3), 0, abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 0, 3));
     }
 
-    function test_setThreshold_aboveRefereeCount_reverts() public {
-        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 4, 3));
-        vm.prank(owner);
-        bond.setThreshold(4);
+    function test_proposeRefereeSet_thresholdAboveCount_reverts() public {
+        _expectProposeRevert(_addrs(3), 4, abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 4, 3));
     }
 
-    function test_setThreshold_notOwner_reverts() public {
+    function test_proposeRefereeSet_empty_reverts() public {
+        _expectProposeRevert(_addrs(0), 1, abi.encodeWithSelector(SpecmarketBond.InvalidThreshold.selector, 1, 0));
+    }
+
+    function test_proposeRefereeSet_etaAboveUint64_reverts() public {
+        uint256 eta = uint256(type(uint64).max) + 1;
+        vm.warp(eta - REFEREE_SET_DELAY); // ~584 billion years from now
+        vm.expectRevert(abi.encodeWithSelector(SafeCast.SafeCastOverflowedUintDowncast.selector, 64, eta));
+        vm.prank(owner);
+        bond.proposeRefereeSet(_addrs(1), 1);
+    }
+
+    /// A new proposal replaces the pending one entirely and restarts the delay: the owner can't
+    /// propose early and swap the members in at the old eta.
+    function test_proposeRefereeSet_replacesPending_succeeds() public {
+        address[] memory first = _addrs(3);
+        vm.prank(owner);
+        uint256 eta1 = bond.proposeRefereeSet(first, 2);
+        vm.warp(eta1 - 1);
+        address[] memory second = new address[](2);
+        (second[0], second[1]) = (first[1], address(0xBEEF));
+        uint256 eta2 = block.timestamp + REFEREE_SET_DELAY;
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit SpecmarketBond.RefereeSetProposed(2, second, 1, eta2);
+        vm.prank(owner);
+        bond.proposeRefereeSet(second, 1);
+
+        vm.warp(eta1);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.RefereeSetNotReady.selector, eta2, eta1));
+        bond.activateRefereeSet();
+        vm.warp(eta2);
+        bond.activateRefereeSet();
+        assertEq(bond.refereeCount(), 2, "the second proposal");
+        assertEq(bond.threshold(), 1, "its threshold");
+        assertFalse(bond.isReferee(first[0]) || bond.isReferee(first[2]), "the first proposal's other members are gone");
+        assertTrue(bond.isReferee(first[1]) && bond.isReferee(address(0xBEEF)), "the second's members");
+    }
+
+    function test_cancelRefereeSet_byOwner_succeeds() public {
+        address[] memory next = _addrs(2);
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(next, 1);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit SpecmarketBond.RefereeSetCancelled(2);
+        vm.prank(owner);
+        bond.cancelRefereeSet();
+        (address[] memory members, uint256 m, uint256 eta_) = bond.pendingRefereeSet();
+        assertEq(members.length + m + eta_, 0, "nothing pending");
+        vm.warp(eta);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NoPendingRefereeSet.selector));
+        bond.activateRefereeSet();
+        // a later proposal for epoch 2 starts from an empty set
+        address[] memory other = _addrs(1);
+        _activateSet(other, 1);
+        assertEq(bond.refereeCount(), 1, "only the new proposal's members");
+        assertTrue(bond.isReferee(next[0]), "0xF000 proposed again");
+        assertFalse(bond.isReferee(next[1]), "0xF001 cancelled");
+    }
+
+    function test_cancelRefereeSet_noPending_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NoPendingRefereeSet.selector));
+        vm.prank(owner);
+        bond.cancelRefereeSet();
+    }
+
+    function test_cancelRefereeSet_notOwner_reverts() public {
+        vm.prank(owner);
+        bond.proposeRefereeSet(_addrs(1), 1);
         vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, reporter));
         vm.prank(reporter);
-        bond.setThreshold(1);
+        bond.cancelRefereeSet();
+    }
+
+    function test_activateRefereeSet_atEta_succeeds() public {
+        address[] memory next = _addrs(3);
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(next, 2);
+        vm.warp(eta);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit SpecmarketBond.RefereeSetActivated(2, next, 2);
+        vm.prank(reporter); // anyone
+        bond.activateRefereeSet();
+
+        assertEq(bond.refereeEpoch(), 2, "epoch 2");
+        assertEq(bond.threshold(), 2, "threshold");
+        assertEq(bond.thresholdAt(2), 2, "thresholdAt(2)");
+        assertEq(bond.thresholdAt(1), 2, "thresholdAt(1) kept");
+        assertEq(bond.refereeCount(), 3, "count");
+        address[] memory listed = bond.referees();
+        for (uint256 i; i < 3; ++i) {
+            assertEq(listed[i], next[i], "referees()");
+            assertEq(bond.refereesAt(2)[i], next[i], "refereesAt(2)");
+            assertEq(bond.refereesAt(1)[i], refAddrs[i], "refereesAt(1) kept");
+            assertTrue(bond.isReferee(next[i]) && bond.isRefereeAt(2, next[i]), "new member");
+            assertFalse(bond.isReferee(refAddrs[i]), "old member out of the current set");
+            assertTrue(bond.isRefereeAt(1, refAddrs[i]), "old member still in epoch 1");
+        }
+        (address[] memory members,, uint256 eta_) = bond.pendingRefereeSet();
+        assertEq(members.length + eta_, 0, "nothing pending");
+    }
+
+    function test_activateRefereeSet_beforeEta_reverts() public {
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(_addrs(1), 1);
+        vm.warp(eta - 1);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.RefereeSetNotReady.selector, eta, eta - 1));
+        bond.activateRefereeSet();
+    }
+
+    function test_activateRefereeSet_noPending_reverts() public {
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NoPendingRefereeSet.selector));
+        bond.activateRefereeSet();
+    }
+
+    function test_activateRefereeSet_twice_reverts() public {
+        _activateSet(_addrs(1), 1);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NoPendingRefereeSet.selector));
+        bond.activateRefereeSet();
+    }
+
+    /// Epochs count up: a third set is epoch 3, and every earlier epoch stays readable.
+    function test_activateRefereeSet_thirdEpoch_succeeds() public {
+        _activateSet(_addrs(1), 1);
+        address[] memory third = _addrs(2);
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(third, 2);
+        vm.warp(eta);
+        vm.expectEmit(true, false, false, true, address(bond));
+        emit SpecmarketBond.RefereeSetActivated(3, third, 2);
+        bond.activateRefereeSet();
+        assertEq(bond.refereeEpoch(), 3, "epoch 3");
+        assertEq(bond.thresholdAt(1) * 100 + bond.thresholdAt(2) * 10 + bond.thresholdAt(3), 212, "thresholds");
+        assertEq(bond.refereesAt(2).length, 1, "epoch 2 kept");
+        assertEq(bond.refereesAt(0).length + bond.thresholdAt(0), 0, "no epoch 0");
+    }
+
+    /// An operator that requests unbonding when a proposal appears withdraws its bond before the
+    /// proposed set can judge anything (refereeSetDelay > unbondingDelay), even if that set is
+    /// the owner's own 1-of-1.
+    function test_requestUnbond_onProposal_withdrawsBeforeActivation_succeeds() public {
+        address[] memory solo = new address[](1);
+        solo[0] = vm.addr(0x5E1F); // the owner's key
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(solo, 1);
+
+        vm.prank(operator);
+        bond.requestUnbond();
+        vm.warp(block.timestamp + UNBONDING_DELAY);
+        assertTrue(block.timestamp < eta, "before the set can be activated");
+        vm.prank(operator);
+        bond.withdrawBond();
+        uint256 before = operator.balance;
+        vm.prank(operator);
+        bond.withdraw();
+        assertEq(operator.balance, before + 2 ether, "the whole bond is out");
+
+        vm.warp(eta);
+        bond.activateRefereeSet();
+        (SpecmarketBond.Receipt memory r, bytes memory sig) = _signedReceipt();
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.NotRegistered.selector, operator));
+        _challenge(r, sig, 0);
+    }
+
+    function test_pendingRefereeSet_none_succeeds() public view {
+        (address[] memory members, uint256 m, uint256 eta) = bond.pendingRefereeSet();
+        assertEq(members.length, 0, "no members");
+        assertEq(m, 0, "no threshold");
+        assertEq(eta, 0, "no eta");
     }
 
     function test_transferOwnership_twoStep_succeeds() public {
@@ -1370,7 +1782,10 @@ contract SpecmarketBondTest is BondFixture {
         bond.acceptOwnership();
         assertEq(bond.owner(), reporter, "accepted");
         vm.prank(reporter);
-        bond.setThreshold(1);
+        bond.proposeRefereeSet(_addrs(1), 1);
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, owner));
+        vm.prank(owner);
+        bond.cancelRefereeSet();
     }
 
     function test_acceptOwnership_notPending_reverts() public {
@@ -1394,13 +1809,27 @@ contract SpecmarketBondTest is BondFixture {
         bond.renounceOwnership();
         assertEq(bond.owner(), address(0), "no owner");
         assertEq(bond.pendingOwner(), address(0), "pending transfer cancelled");
-        // the referee set is frozen as it is; disputes still resolve
+        // no more proposals; disputes still resolve
         vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, owner));
         vm.prank(owner);
-        bond.setThreshold(1);
+        bond.proposeRefereeSet(_addrs(1), 1);
         uint256 id = _openChallenge();
         bond.resolve(id, true, _quorum(id, true, 2));
         assertEq(_bondOf(operator), 2 ether - SLASH_AMOUNT, "quorum still works");
+    }
+
+    /// Renouncing doesn't withdraw a pending proposal: it still takes effect after its delay.
+    function test_renounceOwnership_pendingSetStillActivates_succeeds() public {
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(_addrs(2), 2);
+        vm.prank(owner);
+        bond.renounceOwnership();
+        vm.expectRevert(abi.encodeWithSelector(Ownable.OwnableUnauthorizedAccount.selector, owner));
+        vm.prank(owner);
+        bond.cancelRefereeSet();
+        vm.warp(eta);
+        bond.activateRefereeSet();
+        assertEq(bond.refereeEpoch(), 2, "activated");
     }
 
     function test_renounceOwnership_notOwner_reverts() public {

@@ -7,7 +7,7 @@ referees 1-3, challenger 5); anywhere else every key must come from a file.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +95,21 @@ def chain_status(chain: ChainConfig) -> dict[str, Any]:
             "min_bond": format_ether(cfg.min_bond),
             "slash_amount": format_ether(cfg.slash_amount),
         },
+        "referee_epoch": client.referee_epoch(),
         "referees": client.referees(),
         "threshold": client.threshold(),
+        "pending_referee_set": _pending_row(client),
         "operators": {e["operator"]: _operator_row(client, e["operator"]) for e in client.events("OperatorRegistered")},
         "challenges": len(client.events("ChallengeOpened")),
     }
+
+
+def _pending_row(client: BondClient) -> dict[str, Any] | None:
+    pending = client.pending_referee_set()
+    if pending is None:
+        return None
+    members, threshold, eta = pending
+    return {"referees": members, "threshold": threshold, "takes_effect_at": eta}
 
 
 def _operator_row(client: BondClient, address: str) -> dict[str, Any]:
@@ -117,15 +127,21 @@ def open_referee(chain: ChainConfig, cfg: RefereeConfig) -> Referee:
     return Referee(client, keys, model, model_hash(cfg.target_dir), cfg.pool)
 
 
-def run_challenge(chain: ChainConfig, cfg: ChallengeConfig) -> dict[str, Any]:
+def run_challenge(
+    chain: ChainConfig, cfg: ChallengeConfig, on_opened: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
     """Audit the receipt, challenge its first wrong token (or spend nothing), optionally wait for
-    the outcome; the report as JSON (``challenge_id`` None when the receipt is correct)."""
+    the outcome; the report as JSON (``challenge_id`` None when the receipt is correct).
+    ``on_opened(report)`` hears of an opened challenge at once, before any wait for its outcome."""
     signed = read_receipt_file(cfg.receipt)
     client = bond_client(chain)
     key = role_key(cfg.key_file, client.domain.chain_id, DEV_CHALLENGER, "challenger")
     model, _ = load_model_dir(cfg.target_dir, "target")
-    report = challenge_receipt(client, key, model, model_hash(cfg.target_dir), signed, force_position=cfg.position)
+    committed = model_hash(cfg.target_dir)
+    report = challenge_receipt(client, key, model, committed, signed, force_position=cfg.position, force=cfg.force)
     result = report.to_json()
+    if report.challenge_id is not None and on_opened is not None:
+        on_opened(result)
     if report.challenge_id is not None and cfg.wait:
         result["outcome"] = wait_for_outcome(client, key, report.challenge_id, cfg.wait_s)
     return result

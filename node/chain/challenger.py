@@ -8,7 +8,7 @@ from pathlib import Path
 
 from node import safe_json
 from node.chain import ChainError
-from node.chain.audit import Audit, audit_answer, check_model
+from node.chain.audit import Audit, audit_answer, check_model, judge_step
 from node.chain.client import BondClient
 from node.chain.deployment import format_ether
 from node.chain.receipts import ReceiptError, SignedReceipt
@@ -17,6 +17,11 @@ from node.models import HFCausalLM
 log = logging.getLogger(__name__)
 
 MAX_RECEIPT_FILE_BYTES = 4 << 20
+
+
+class CertainLoss(ChainError):
+    """A challenge the challenger's own re-execution says would fail: the disputed token is inside
+    the tolerance band, so the referees would clear the operator and the challenger bond is lost."""
 
 
 @dataclass(frozen=True)
@@ -71,11 +76,13 @@ def challenge_receipt(
     signed: SignedReceipt,
     *,
     force_position: int | None = None,
+    force: bool = False,
 ) -> ChallengeReport:
     """Audit ``signed``; submit a challenge at its first wrong token, or spend nothing if it is correct.
 
-    ``force_position`` challenges that position whatever the audit found (a deliberately false
-    challenge, for tests and the demo: it loses its bond).
+    ``force_position`` challenges that position instead. Where the token there is inside the band,
+    that challenge is certain to fail and is refused (``CertainLoss``) before anything is sent,
+    unless ``force`` (a deliberately false challenge, for tests and the demo: it loses its bond).
     """
     signed.check()
     check_domain(signed, client)
@@ -87,9 +94,24 @@ def challenge_receipt(
         return ChallengeReport(audit, None, None)
     if not 0 <= position < len(signed.output):
         raise ChainError(f"position {position} is outside the answer's {len(signed.output)} tokens")
+    if position != audit.first_wrong and not force:
+        refuse_certain_loss(client, model, signed, position)
     challenge_id, tx = client.challenge(key, signed, position)
     log.info("challenge %d opened at position %d (gas %d)", challenge_id, position, tx.gas_used)
     return ChallengeReport(audit, challenge_id, position, tx.gas_used)
+
+
+def refuse_certain_loss(client: BondClient, model: HFCausalLM, signed: SignedReceipt, position: int) -> None:
+    """Raise ``CertainLoss`` when the referees would clear the token at ``position`` (they judge
+    that one step, taking the tokens before it as given)."""
+    request = signed.request
+    if judge_step(model, request.prompt, signed.output, position, request.params, request.seed).at_fault:
+        return
+    bond = format_ether(client.config().challenger_bond)
+    raise CertainLoss(
+        f"the token at position {position} is inside the tolerance band, so a challenge there is certain to fail "
+        f"and lose the challenger bond of {bond}; nothing was sent (--force submits it anyway)"
+    )
 
 
 OUTCOMES = {2: "operator at fault", 3: "operator cleared", 4: "expired (refunded)"}  # by ChallengeStatus

@@ -6,6 +6,7 @@ Transactions are signed locally with the caller's key and sent raw; a revert com
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import random
@@ -18,7 +19,13 @@ from eth_abi import decode as abi_decode
 from eth_account import Account
 from eth_utils import function_abi_to_4byte_selector, to_checksum_address
 from web3 import HTTPProvider, Web3
-from web3.exceptions import ContractCustomError, ContractLogicError, Web3Exception, Web3RPCError
+from web3.exceptions import (
+    ContractCustomError,
+    ContractLogicError,
+    TransactionNotFound,
+    Web3Exception,
+    Web3RPCError,
+)
 from web3.logs import DISCARD
 
 from node.chain import ChainError
@@ -30,6 +37,7 @@ log = logging.getLogger(__name__)
 RPC_TIMEOUT_S = 30.0
 TX_TIMEOUT_S = 60.0
 WAIT_POLL_S = 0.5
+MINED_POLL_S = 0.05  # a dev chain mines at once
 GAS_MARGIN_PCT = 120  # gas limit = estimate + 20%; what a call really used is in TxResult.gas_used
 TRANSFER_GAS = 21_000
 NONCE_ATTEMPTS = 8  # sends of one transaction when other processes share the sender's account
@@ -48,6 +56,19 @@ class ChainRevert(ChainError):
 
 def _show(value: Any) -> str:
     return "0x" + value.hex() if isinstance(value, bytes) else str(value)
+
+
+# SpecmarketBond.Challenge, in order
+CHALLENGE_FIELDS = (
+    "challenger",
+    "bond",
+    "operator",
+    "created_at",
+    "position",
+    "status",
+    "receipt_digest",
+    "referee_epoch",
+)
 
 
 class ChallengeStatus(enum.IntEnum):
@@ -164,8 +185,7 @@ class BondClient:
         return self.call("credits", to_checksum_address(account))
 
     def challenge_record(self, challenge_id: int) -> dict[str, Any]:
-        fields = ("challenger", "bond", "operator", "created_at", "position", "status", "receipt_digest")
-        return dict(zip(fields, self.call("getChallenge", challenge_id), strict=True))
+        return dict(zip(CHALLENGE_FIELDS, self.call("getChallenge", challenge_id), strict=True))
 
     def challenge_status(self, challenge_id: int) -> ChallengeStatus:
         return ChallengeStatus(self.challenge_record(challenge_id)["status"])
@@ -178,10 +198,27 @@ class BondClient:
         return status
 
     def referees(self) -> list[str]:
+        """The current epoch's referees."""
         return list(self.call("referees"))
 
     def threshold(self) -> int:
+        """The current epoch's verdict threshold."""
         return self.call("threshold")
+
+    def referee_epoch(self) -> int:
+        return self.call("refereeEpoch")
+
+    def referees_at(self, epoch: int) -> list[str]:
+        """The referees of ``epoch`` (a challenge is decided by the epoch it opened in)."""
+        return list(self.call("refereesAt", epoch))
+
+    def threshold_at(self, epoch: int) -> int:
+        return self.call("thresholdAt", epoch)
+
+    def pending_referee_set(self) -> tuple[list[str], int, int] | None:
+        """The owner's proposed next referee set: (members, threshold, eta), or None."""
+        members, threshold, eta = self.call("pendingRefereeSet")
+        return (list(members), int(threshold), int(eta)) if eta else None
 
     def receipt_digest(self, receipt: Receipt) -> bytes:
         return bytes(self.call("receiptDigest", receipt.as_tuple()))
@@ -234,6 +271,18 @@ class BondClient:
     def withdraw(self, key: bytes | str) -> TxResult:
         return self.send(key, "withdraw")
 
+    def propose_referee_set(self, owner_key: bytes | str, members: list[str], threshold: int) -> dict[str, Any]:
+        """Owner: propose the next referee epoch; it can be activated after the contract's
+        ``refereeSetDelay``. The ``RefereeSetProposed`` event's args."""
+        tx = self.send(owner_key, "proposeRefereeSet", [to_checksum_address(m) for m in members], threshold)
+        (event,) = self.decode_events(tx, "RefereeSetProposed")
+        return event
+
+    def activate_referee_set(self, key: bytes | str) -> dict[str, Any]:
+        """Anyone: make the proposed set the new epoch once its delay has passed (``RefereeSetActivated``)."""
+        (event,) = self.decode_events(self.send(key, "activateRefereeSet"), "RefereeSetActivated")
+        return event
+
 
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
@@ -261,23 +310,44 @@ def transfer(w3: Web3, key: bytes | str, to: str, value: int) -> TxResult:
 def _send_signed(w3: Web3, sender, tx: dict, action: str) -> TxResult:
     """Sign, send, wait. When another process sent from the same account between our nonce read and
     our send (several target nodes funded from anvil's account 0 at once), the node answers "nonce
-    too low" or "replacement transaction underpriced" and nothing was sent: re-read the nonce and
-    send again, a few times, after a short random pause."""
+    too low" or "replacement transaction underpriced" and nothing was sent, or it took the other
+    transaction in place of ours (a higher fee replaces one with the same nonce): re-read the
+    nonce and send again, a few times, after a short random pause."""
     for attempt in range(1, NONCE_ATTEMPTS + 1):
         try:
             tx_hash = w3.eth.send_raw_transaction(sender.sign_transaction(tx).raw_transaction)
-            break
         except Web3RPCError as exc:
             if attempt == NONCE_ATTEMPTS or not _nonce_race(exc):
                 raise ChainError(f"{action}: the node refused the transaction: {exc}") from None
             log.debug("%s: nonce %d was taken (%s); retrying", action, tx["nonce"], exc)
-            time.sleep(random.uniform(0.0, NONCE_RETRY_PAUSE_S * attempt))
-            tx = {**tx, "nonce": w3.eth.get_transaction_count(sender.address, "pending")}
-    receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=TX_TIMEOUT_S)
+        else:
+            receipt = _wait_mined(w3, tx_hash, sender.address, tx["nonce"], action)
+            if receipt is not None:
+                break
+            log.debug("%s: nonce %d went to another transaction of %s; resending", action, tx["nonce"], sender.address)
+        time.sleep(random.uniform(0.0, NONCE_RETRY_PAUSE_S * attempt))
+        tx = {**tx, "nonce": w3.eth.get_transaction_count(sender.address, "pending")}
+    else:
+        raise ChainError(f"{action}: every one of {NONCE_ATTEMPTS} sends lost its nonce to another transaction")
     if receipt["status"] != 1:
         raise ChainError(f"{action}: transaction {tx_hash.to_0x_hex()} failed on chain")
     log.debug("%s mined in block %d, gas %d", action, receipt["blockNumber"], receipt["gasUsed"])
     return TxResult(tx_hash.to_0x_hex(), int(receipt["gasUsed"]), int(receipt["blockNumber"]), tuple(receipt["logs"]))
+
+
+def _wait_mined(w3: Web3, tx_hash, sender: str, nonce: int, action: str):
+    """The transaction's receipt once mined; None when another transaction of ``sender`` was mined
+    with its nonce (ours was replaced and will never be)."""
+    deadline = time.monotonic() + TX_TIMEOUT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(TransactionNotFound):
+            return w3.eth.get_transaction_receipt(tx_hash)
+        if w3.eth.get_transaction_count(sender, "latest") > nonce:  # the nonce is used: by us, or not
+            with contextlib.suppress(TransactionNotFound):
+                return w3.eth.get_transaction_receipt(tx_hash)
+            return None
+        time.sleep(MINED_POLL_S)
+    raise ChainError(f"{action}: transaction {tx_hash.to_0x_hex()} was not mined in {TX_TIMEOUT_S:.0f} s")
 
 
 def _nonce_race(exc: Web3RPCError) -> bool:

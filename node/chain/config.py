@@ -56,10 +56,11 @@ class ChallengeConfig:
     receipt: Path
     key_file: Path | None = None  # default on anvil: dev account 5
     target_model: Path | None = None  # default: the pair's target
-    position: int | None = None  # challenge this position whatever the audit says (a false challenge)
+    position: int | None = None  # challenge this position instead of the audit's first wrong token
     wait: bool = False  # wait for the verdict, then withdraw the challenger's credit
     wait_s: float = DEFAULT_WAIT_S
     pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+    force: bool = False  # with position: submit it even where the audit shows it is certain to fail
 
     @property
     def target_dir(self) -> Path:

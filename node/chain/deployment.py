@@ -27,6 +27,7 @@ ETHER = 10**18
 ANVIL_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_DEPLOYER, DEV_REFEREES, DEV_OPERATOR, DEV_CHALLENGER, DEV_TREASURY = 0, (1, 2, 3), 4, 5, 9
 DEFAULT_THRESHOLD = 2
+REFEREE_SET_MARGIN_S = 3600  # the default referee-set timelock is the unbonding delay plus this
 
 
 @functools.cache
@@ -78,9 +79,13 @@ class BondConfig:
     slash_amount: int = 1 * ETHER
     challenger_reward_bps: int = 5000
     treasury: str = ""  # "" = anvil dev account 9
+    # the timelock on referee-set changes; 0 = the unbonding delay plus REFEREE_SET_MARGIN_S (it must
+    # exceed the unbonding delay, so an operator can leave before a new set can judge it)
+    referee_set_delay: int = 0
 
     def as_tuple(self) -> tuple:
         treasury = self.treasury or dev_address(DEV_TREASURY)
+        referee_set_delay = self.referee_set_delay or self.unbonding_delay + REFEREE_SET_MARGIN_S
         return (
             self.min_bond,
             self.challenge_window,
@@ -90,6 +95,7 @@ class BondConfig:
             self.slash_amount,
             self.challenger_reward_bps,
             treasury,
+            referee_set_delay,
         )
 
 

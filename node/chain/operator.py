@@ -1,16 +1,18 @@
 """The bonded target operator: its key, its bond, and a signed receipt for every answer.
 
-Receipts are kept in SQLite (``receipts.sqlite`` in the node's data dir) keyed by request hash, so
-they survive a restart, and so the operator never signs two different outputs for one request:
-an identical request is answered from the store (two receipts for one request with different
-outputs would be equivocation, slashable at once, even when the difference were float noise).
+Receipts are kept in the receipt store (``receipts.sqlite`` in the node's data dir, see
+node/chain/store.py) keyed by request hash, so they survive a restart, and so the operator never
+signs two different outputs for one request: an identical request is answered from the store.
+
+The operator signs only while the chain says it may (node/chain/standing.py: registered, active,
+not slashed, the chain answering), and stamps receipts with the chain's clock. A stored answer
+replayed after ``RECEIPT_FRESH_S`` is re-signed with a fresh ``issuedAt`` (same output, so no
+equivocation), so a client never gets a receipt whose challenge window has run out.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Sequence
@@ -24,50 +26,14 @@ from node.chain.cheat import Cheat
 from node.chain.client import BondClient, transfer
 from node.chain.deployment import DEV_DEPLOYER, ETHER, dev_key, require_dev_chain
 from node.chain.keys import load_or_create_key
-from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
+from node.chain.receipts import RECEIPT_FRESH_S, Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
+from node.chain.standing import Standing, StandingWatch
+from node.chain.store import ReceiptStore, open_store
 
 log = logging.getLogger(__name__)
 
 RECEIPTS_FILE = "receipts.sqlite"
 GAS_RESERVE_WEI = ETHER  # what a dev-chain operator is funded with on top of its bond, for gas
-
-
-class ReceiptStore:
-    """request hash -> signed receipt, in SQLite (WAL); safe across threads and restarts."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS receipts ("
-            " request_hash BLOB PRIMARY KEY, receipt TEXT NOT NULL, created REAL NOT NULL)"
-        )
-        self._lock = threading.Lock()
-
-    def get(self, request_hash: bytes) -> SignedReceipt | None:
-        with self._lock:
-            row = self._db.execute("SELECT receipt FROM receipts WHERE request_hash = ?", (request_hash,)).fetchone()
-        return SignedReceipt.from_json(json.loads(row[0])) if row else None
-
-    def put_first(self, signed: SignedReceipt) -> SignedReceipt:
-        """Store ``signed`` unless its request already has a receipt; the stored one either way."""
-        key = signed.receipt.request_hash
-        with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO receipts (request_hash, receipt, created) VALUES (?, ?, ?)",
-                (key, json.dumps(signed.to_json()), time.time()),
-            )
-        stored = self.get(key)
-        assert stored is not None
-        return stored
-
-    def count(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM receipts").fetchone()[0]
-
-    def close(self) -> None:
-        self._db.close()
 
 
 @dataclass(frozen=True)
@@ -81,13 +47,43 @@ class BondStatus:
 class Operator:
     """Signs a receipt for every answer, in the domain of one SpecmarketBond deployment."""
 
-    def __init__(self, client: BondClient, key: bytes, model_hash: bytes, store: ReceiptStore) -> None:
+    def __init__(
+        self, client: BondClient, key: bytes, model_hash: bytes, store: ReceiptStore, watch: StandingWatch | None = None
+    ) -> None:
         self.client = client
         self._key = key  # never logged
         self.address = Account.from_key(key).address
         self.model_hash = model_hash
         self.store = store
+        self.watch = watch  # None: sign unconditionally, on the local clock (tests of the store alone)
         self._sign_lock = threading.Lock()
+
+    def standing(self) -> Standing | None:
+        return self.watch.current() if self.watch is not None else None
+
+    def require_serving(self) -> None:
+        """Raise ``NotServing`` unless the chain says this operator may sign now."""
+        if self.watch is not None:
+            self.watch.require_serving()
+
+    def _now(self) -> int:
+        return self.watch.chain_time() if self.watch is not None else int(time.time())
+
+    def describe(self) -> dict:
+        """JSON-ready, for /health: who signs, where, and whether it may sign now (and why not)."""
+        standing = self.standing()
+        return {
+            "address": self.address,
+            "contract": self.client.address,
+            "chain_id": self.client.domain.chain_id,
+            "receipt_store": f"{self.store.nonce:016x}",
+            **(standing.to_json() if standing is not None else {"serving": True}),
+        }
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
+        self.store.close()
 
     def ensure_bonded(self, bond: int | None = None) -> BondStatus:
         """Register with ``bond`` (default: the contract's minimum) if needed, or top up to it."""
@@ -129,26 +125,43 @@ class Operator:
         transfer(w3, dev_key(DEV_DEPLOYER), self.address, needed - balance + GAS_RESERVE_WEI)
 
     def lookup(self, request: RequestSpec) -> SignedReceipt | None:
-        return self.store.get(request.hash())
+        """The stored receipt of an answered request, re-signed with a fresh ``issuedAt`` when it is
+        older than RECEIPT_FRESH_S (the same output: a replay never changes the answer)."""
+        with self._sign_lock:
+            stored = self.store.get(request.hash())
+            if stored is None or self._now() - stored.receipt.issued_at <= RECEIPT_FRESH_S:
+                return stored
+            self.require_serving()
+            fresh = self._signed(request, stored.output)
+            self.store.refresh(fresh)
+            log.info(
+                "re-signed a stored answer with a fresh issuedAt (it was %d s old)",
+                fresh.receipt.issued_at - stored.receipt.issued_at,
+            )
+            return fresh
+
+    def _signed(self, request: RequestSpec, output: Sequence[int]) -> SignedReceipt:
+        receipt = Receipt(
+            operator=self.address,
+            model_hash=self.model_hash,
+            request_hash=request.hash(),
+            output_hash=hash_tokens(output),
+            token_count=len(output),
+            issued_at=self._now(),
+        )
+        signature = sign_receipt(self._key, self.client.domain, receipt)
+        return SignedReceipt(self.client.domain, receipt, signature, request, tuple(int(t) for t in output))
 
     def sign(self, request: RequestSpec, output: Sequence[int]) -> SignedReceipt:
         """Sign (and persist) the receipt for ``output``; if this request was already answered, the
-        stored receipt is returned instead and nothing new is signed."""
+        stored receipt is returned instead and nothing new is signed. Raises ``NotServing`` when
+        the chain says this operator may not sign."""
+        self.require_serving()
+        stored = self.lookup(request)
+        if stored is not None:
+            return stored
         with self._sign_lock:
-            stored = self.lookup(request)
-            if stored is not None:
-                return stored
-            receipt = Receipt(
-                operator=self.address,
-                model_hash=self.model_hash,
-                request_hash=request.hash(),
-                output_hash=hash_tokens(output),
-                token_count=len(output),
-                issued_at=int(time.time()),
-            )
-            signature = sign_receipt(self._key, self.client.domain, receipt)
-            signed = SignedReceipt(self.client.domain, receipt, signature, request, tuple(int(t) for t in output))
-            return self.store.put_first(signed)
+            return self.store.put_first(self._signed(request, output))
 
 
 @dataclass(frozen=True)
@@ -160,6 +173,7 @@ class OperatorConfig:
     key_file: Path  # the operator's private key (hex), created 0600 if missing
     bond_wei: int | None = None  # None: the contract's minimum
     cheat: Cheat = Cheat.NONE
+    new_store: bool = False  # start a new receipt store even where the old one is missing or unusable
 
 
 def open_operator(cfg: OperatorConfig, model_dir: Path, data_dir: Path) -> tuple[Operator, BondStatus]:
@@ -171,16 +185,26 @@ def open_operator(cfg: OperatorConfig, model_dir: Path, data_dir: Path) -> tuple
     w3 = connect(cfg.rpc)
     deployment = Deployment.load(cfg.deployments_dir, int(w3.eth.chain_id))
     client = BondClient(w3, deployment.address)
-    store = ReceiptStore(data_dir / RECEIPTS_FILE)
-    operator = Operator(client, load_or_create_key(cfg.key_file), model_hash(model_dir), store)
-    status = operator.ensure_bonded(cfg.bond_wei)
+    key, committed = load_or_create_key(cfg.key_file), model_hash(model_dir)
+    address = Account.from_key(key).address
+    registered = client.operator_info(address).registered
+    store = open_store(data_dir / RECEIPTS_FILE, address, client.domain, registered=registered, new=cfg.new_store)
+    try:
+        operator = Operator(client, key, committed, store)
+        status = operator.ensure_bonded(cfg.bond_wei)
+        operator.watch = StandingWatch(client, address, committed)
+    except BaseException:
+        store.close()  # releases the store's lock
+        raise
+    operator.watch.start()
     log.info(
-        "operator %s bonded %d wei on chain %d (contract %s); %d receipts on file%s",
+        "operator %s bonded %d wei on chain %d (contract %s); %d receipts in store %016x%s",
         status.address,
         status.bond,
         client.domain.chain_id,
         client.address,
         store.count(),
+        store.nonce,
         f"; CHEATING: {cfg.cheat.value}" if cfg.cheat is not Cheat.NONE else "",
     )
     return operator, status

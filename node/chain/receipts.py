@@ -22,6 +22,7 @@ from typing import Any
 from eth_abi import encode as abi_encode
 from eth_account import Account
 from eth_account.messages import encode_typed_data
+from eth_keys.exceptions import BadSignature
 from eth_utils import keccak, to_checksum_address
 
 from node.chain import ChainError
@@ -34,6 +35,7 @@ EIP712_VERSION = "1"
 MICROS = 1_000_000
 MAX_U32 = (1 << 32) - 1
 MAX_U64 = (1 << 64) - 1
+RECEIPT_FRESH_S = 300  # a client accepts a receipt at most this old; an operator re-signs older replays
 MAX_RECEIPT_TOKENS = 1 << 16  # a receipt file or network message with more tokens is refused
 RECEIPT_FORMAT = 1
 SIGNATURE_BYTES = 65
@@ -51,7 +53,15 @@ RECEIPT_TYPES = {
         {"name": "issuedAt", "type": "uint64"},
     ]
 }
-VERDICT_TYPES = {"Verdict": [{"name": "challengeId", "type": "uint256"}, {"name": "operatorAtFault", "type": "bool"}]}
+VERDICT_TYPES = {
+    "Verdict": [
+        {"name": "challengeId", "type": "uint256"},
+        {"name": "receiptDigest", "type": "bytes32"},
+        {"name": "position", "type": "uint32"},
+        {"name": "challenger", "type": "address"},
+        {"name": "operatorAtFault", "type": "bool"},
+    ]
+}
 
 
 class ReceiptError(ChainError):
@@ -176,8 +186,37 @@ def receipt_signable(domain: Domain, receipt: Receipt):
     return _typed(domain, RECEIPT_TYPES, receipt.message())
 
 
-def verdict_signable(domain: Domain, challenge_id: int, operator_at_fault: bool):
-    return _typed(domain, VERDICT_TYPES, {"challengeId": challenge_id, "operatorAtFault": operator_at_fault})
+@dataclass(frozen=True)
+class Disputed:
+    """What a verdict is about: the challenge, and the receipt (by EIP-712 digest), position and
+    challenger it names. A verdict signs all four, so it cannot land on another challenge that
+    happens to get the same id (after a reorg, say)."""
+
+    challenge_id: int
+    receipt_digest: bytes
+    position: int
+    challenger: str
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> Disputed:
+        """From a decoded ``ChallengeOpened`` event."""
+        return cls(int(event["id"]), bytes(event["receiptDigest"]), int(event["position"]), str(event["challenger"]))
+
+    def tag(self) -> str:
+        """A short name of the disputed claim (for file names)."""
+        words = (self.challenge_id, self.receipt_digest, self.position, to_checksum_address(self.challenger))
+        return keccak(abi_encode(["uint256", "bytes32", "uint32", "address"], words))[:8].hex()
+
+
+def verdict_signable(domain: Domain, disputed: Disputed, operator_at_fault: bool):
+    message = {
+        "challengeId": disputed.challenge_id,
+        "receiptDigest": disputed.receipt_digest,
+        "position": disputed.position,
+        "challenger": to_checksum_address(disputed.challenger),
+        "operatorAtFault": operator_at_fault,
+    }
+    return _typed(domain, VERDICT_TYPES, message)
 
 
 def sign_receipt(private_key: bytes | str, domain: Domain, receipt: Receipt) -> bytes:
@@ -185,8 +224,8 @@ def sign_receipt(private_key: bytes | str, domain: Domain, receipt: Receipt) -> 
     return bytes(Account.sign_message(receipt_signable(domain, receipt), private_key).signature)
 
 
-def sign_verdict(private_key: bytes | str, domain: Domain, challenge_id: int, operator_at_fault: bool) -> bytes:
-    return bytes(Account.sign_message(verdict_signable(domain, challenge_id, operator_at_fault), private_key).signature)
+def sign_verdict(private_key: bytes | str, domain: Domain, disputed: Disputed, operator_at_fault: bool) -> bytes:
+    return bytes(Account.sign_message(verdict_signable(domain, disputed, operator_at_fault), private_key).signature)
 
 
 def check_canonical(signature: bytes) -> None:
@@ -206,7 +245,7 @@ def recover_receipt_signer(domain: Domain, receipt: Receipt, signature: bytes) -
     check_canonical(signature)
     try:
         return Account.recover_message(receipt_signable(domain, receipt), signature=signature)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, BadSignature) as exc:  # BadSignature: r, s name no point (e.g. zero)
         raise ReceiptError(f"unrecoverable receipt signature: {exc}") from exc
 
 

@@ -2,8 +2,9 @@
 
 One referee process may hold several referee keys (the local setup runs anvil's accounts 1-3 in one
 process), and several referee processes can cooperate through a shared *verdict pool* directory:
-each writes its signature to ``<pool>/<chain>-<contract>/<id>/<verdict>/<address>.sig``, and
-whoever sees a quorum (``threshold`` valid signatures of current referees for one verdict) submits
+each writes its signature to ``<pool>/<chain>-<contract>/<id>-<tag>/<verdict>/<address>.sig`` (the
+tag names the disputed receipt, position and challenger that the verdict signs), and whoever sees a
+quorum (the threshold of the challenge's own referee epoch, snapshotted when it opened) submits
 ``resolve``. Signatures read from the pool are checked before use: the pool is not trusted.
 
 One challenge never stops the others: a receipt that cannot be judged (parameters out of range,
@@ -29,7 +30,7 @@ from node.chain import ChainError
 from node.chain.audit import Judgement, judge_step
 from node.chain.client import BondClient, ChainRevert, ChallengeStatus
 from node.chain.config import DEFAULT_POLL_S
-from node.chain.receipts import MICROS, ReceiptError, check_canonical, sign_verdict, verdict_signable
+from node.chain.receipts import MICROS, Disputed, ReceiptError, check_canonical, sign_verdict, verdict_signable
 from node.models import HFCausalLM
 from verifier.errors import SpecmarketError
 from verifier.params import SamplingParams
@@ -60,21 +61,21 @@ class VerdictPool:
         self.client = client
         self.dir = root / f"{client.domain.chain_id}-{client.address.lower()}"
 
-    def _path(self, challenge_id: int, at_fault: bool) -> Path:
-        return self.dir / str(challenge_id) / ("fault" if at_fault else "cleared")
+    def _path(self, disputed: Disputed, at_fault: bool) -> Path:
+        return self.dir / f"{disputed.challenge_id}-{disputed.tag()}" / ("fault" if at_fault else "cleared")
 
-    def put(self, challenge_id: int, at_fault: bool, signer: str, signature: bytes) -> None:
-        folder = self._path(challenge_id, at_fault)
+    def put(self, disputed: Disputed, at_fault: bool, signer: str, signature: bytes) -> None:
+        folder = self._path(disputed, at_fault)
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{signer}.tmp"
         tmp.write_text(signature.hex())
         tmp.replace(folder / f"{signer}.sig")  # atomic: readers never see half a signature
 
-    def collect(self, challenge_id: int, at_fault: bool, referees: set[str]) -> dict[str, bytes]:
-        """Valid signatures of current referees for this verdict, keyed by signer."""
+    def collect(self, disputed: Disputed, at_fault: bool, referees: set[str]) -> dict[str, bytes]:
+        """Valid signatures of ``referees`` (the challenge's epoch) for this verdict, keyed by signer."""
         found: dict[str, bytes] = {}
-        signable = verdict_signable(self.client.domain, challenge_id, at_fault)
-        folder = self._path(challenge_id, at_fault)
+        signable = verdict_signable(self.client.domain, disputed, at_fault)
+        folder = self._path(disputed, at_fault)
         for path in sorted(folder.glob("*.sig")) if folder.is_dir() else []:
             try:
                 if path.stat().st_size > MAX_SIG_FILE_BYTES:
@@ -88,7 +89,7 @@ class VerdictPool:
             if signer in referees and path.stem == signer:
                 found[signer] = signature
             else:
-                log.warning("ignoring %s: signed by %s, not a current referee of that name", path, signer)
+                log.warning("ignoring %s: signed by %s, not a referee of that name in its epoch", path, signer)
         return found
 
 
@@ -114,11 +115,6 @@ class Cursor:
         tmp.replace(self.path)  # atomic: a crash leaves the old cursor or the new one
 
 
-def _judgement_key(event: dict) -> tuple:
-    """What a verdict is about: the challenge, and the receipt, position and challenger it names."""
-    return int(event["id"]), bytes(event["receiptDigest"]), int(event["position"]), str(event["challenger"])
-
-
 class Referee:
     """Judges the open challenges of one deployment with the target model it was given."""
 
@@ -132,7 +128,9 @@ class Referee:
         self.pool = VerdictPool(pool, client)
         self.cursor = Cursor(self.pool.dir / f"cursor-{min(self._keys).lower()}.json")
         self._pending: dict[int, dict] = {}  # open challenge id -> its ChallengeOpened event
-        self._verdicts: dict[tuple, Judgement | None] = {}  # _judgement_key -> our verdict (None: cannot judge)
+        self._epochs: dict[int, int] = {}  # open challenge id -> the referee epoch it snapshotted
+        self._verdicts: dict[Disputed, Judgement | None] = {}  # our verdicts (None: cannot judge)
+        self._resolve_timeout = int(client.call("resolveTimeout"))  # immutable
 
     def _scan(self, latest: int) -> None:
         """Add the ChallengeOpened events up to ``latest`` that are not known yet."""
@@ -148,11 +146,12 @@ class Referee:
         """Open challenges whose resolve window is still open, earliest deadline first."""
         latest = self.client.w3.eth.block_number
         self._scan(latest)
-        now, timeout = self.client.w3.eth.get_block(latest)["timestamp"], self.client.call("resolveTimeout")
+        now = self.client.w3.eth.get_block(latest)["timestamp"]
         live = []
         for cid, event in list(self._pending.items()):
             record = self.client.challenge_record(cid)
-            deadline = int(record["created_at"]) + int(timeout)
+            self._epochs[cid] = int(record["referee_epoch"])
+            deadline = int(record["created_at"]) + self._resolve_timeout
             if ChallengeStatus(record["status"]) is not ChallengeStatus.OPEN:
                 del self._pending[cid]
             elif now > deadline:
@@ -164,7 +163,7 @@ class Referee:
         return [event for _, _, event in sorted(live, key=lambda item: item[:2])]
 
     def _judge(self, event: dict) -> Judgement | None:
-        key = _judgement_key(event)
+        key = Disputed.from_event(event)
         if key not in self._verdicts:
             self._verdicts[key] = self._judge_now(event)
         return self._verdicts[key]
@@ -184,18 +183,19 @@ class Referee:
 
     def handle(self, event: dict) -> Outcome:
         """Judge one open challenge, add our signatures to the pool, resolve when a quorum exists."""
-        cid = int(event["id"])
+        cid, disputed = int(event["id"]), Disputed.from_event(event)
         judgement = self._judge(event)
         if judgement is None:
             return Outcome(cid, None, 0, False)
         at_fault = judgement.at_fault
         cost = {"target_positions": judgement.target_positions, "seconds": round(judgement.seconds, 4)}
-        referees = set(self.client.referees())
+        epoch = self._epochs.get(cid) or int(self.client.challenge_record(cid)["referee_epoch"])
+        referees = set(self.client.referees_at(epoch))  # the set the challenge snapshotted, not today's
         for address, key in self._keys.items():
             if address in referees:
-                self.pool.put(cid, at_fault, address, sign_verdict(key, self.client.domain, cid, at_fault))
-        sigs = self.pool.collect(cid, at_fault, referees)
-        if len(sigs) < self.client.threshold():
+                self.pool.put(disputed, at_fault, address, sign_verdict(key, self.client.domain, disputed, at_fault))
+        sigs = self.pool.collect(disputed, at_fault, referees)
+        if len(sigs) < self.client.threshold_at(epoch):
             log.info("challenge %d: %d verdict signature(s) so far, waiting for a quorum", cid, len(sigs))
             return Outcome(cid, at_fault, len(sigs), False, **cost)
         try:

@@ -1,7 +1,8 @@
 """The `specmarket` command line: each subcommand turns its arguments into a role's config
 dataclass and calls that role; nothing else happens here.
 
-Errors the project raises on purpose (``SpecmarketError``) exit with status 2 and one line.
+Errors the project raises on purpose (``SpecmarketError``) exit with status 2 and one line; Ctrl-C
+exits with status 130 and one line, whatever it interrupted.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BaseException as exc:  # a trio nursery's group too: report its SpecmarketError plainly
         leaves = error_leaves(exc)
+        if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):  # Ctrl-C inside a trio nursery
+            print("specmarket: interrupted", file=sys.stderr)
+            return 130
         if not all(isinstance(leaf, SpecmarketError) for leaf in leaves):
             raise
         print(f"specmarket: error: {leaves[0]}", file=sys.stderr)

@@ -11,15 +11,24 @@ import argparse
 import dataclasses
 import json
 import signal
+import sys
 import threading
 from pathlib import Path
 
 from node.chain.config import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
-from node.chain.deployment import DEFAULT_THRESHOLD, DEV_CHALLENGER, BondConfig, format_ether, parse_ether
+from node.chain.deployment import (
+    DEFAULT_THRESHOLD,
+    DEV_CHALLENGER,
+    DEV_DEPLOYER,
+    REFEREE_SET_MARGIN_S,
+    BondConfig,
+    format_ether,
+    parse_ether,
+)
 from node.cli.options import add_pair_option, defaults
 
 BOND_ETHER = {"min_bond": "min_bond", "challenger_bond": "challenger_bond", "slash": "slash_amount"}
-BOND_SECONDS = ("challenge_window", "resolve_timeout", "unbonding_delay")
+BOND_SECONDS = ("challenge_window", "resolve_timeout", "unbonding_delay", "referee_set_delay")
 VERDICTS = {True: "operator at fault", False: "operator cleared", None: "cannot judge (other model)"}
 
 
@@ -124,6 +133,38 @@ def _cmd_refund(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_propose_referees(args: argparse.Namespace) -> int:
+    from node.chain.admin import role_key
+
+    client = _client(args)
+    key = role_key(args.key_file, client.domain.chain_id, DEV_DEPLOYER, "owner")
+    event = client.propose_referee_set(key, args.referee, args.threshold)
+    print(
+        f"proposed referee epoch {event['epoch']}: {len(event['members'])} referees, {event['threshold']} to decide; "
+        f"anyone can activate it from unix time {event['eta']} (`specmarket chain activate-referees`)"
+    )
+    return 0
+
+
+def _cmd_activate_referees(args: argparse.Namespace) -> int:
+    from node.chain.admin import role_key
+
+    client = _client(args)
+    event = client.activate_referee_set(role_key(args.key_file, client.domain.chain_id, DEV_DEPLOYER, "sender"))
+    print(f"referee epoch {event['epoch']} is active: {len(event['members'])} referees, {event['threshold']} to decide")
+    return 0
+
+
+def _cmd_cancel_referees(args: argparse.Namespace) -> int:
+    from node.chain.admin import role_key
+
+    client = _client(args)
+    tx = client.send(role_key(args.key_file, client.domain.chain_id, DEV_DEPLOYER, "owner"), "cancelRefereeSet")
+    (event,) = client.decode_events(tx, "RefereeSetCancelled")
+    print(f"cancelled the proposed referee epoch {event['epoch']}")
+    return 0
+
+
 # ------------------------------------------------------------------------- challenge / referee
 
 
@@ -139,19 +180,26 @@ def _cmd_challenge(args: argparse.Namespace) -> int:
         args.wait,
         args.wait_s,
         pair=args.pair or d["pair"],
+        force=args.force,
     )
-    result = run_challenge(_chain(args), cfg)
+
+    def opened(result: dict) -> None:  # at once, flushed: the id is what a challenger needs if the wait fails
+        line = (
+            f"challenge {result['challenge_id']} opened at position {result['position']} "
+            f"(first token outside the band: {result['first_wrong']}; gas {result['gas_used']})"
+        )
+        if not args.json:
+            print(line, flush=True)
+        elif args.wait:
+            print(f"{line}; waiting for the verdict", file=sys.stderr, flush=True)
+
+    result = run_challenge(_chain(args), cfg, opened)
     if args.json:
         print(json.dumps(result))
     elif result["challenge_id"] is None:
         print(f"receipt is correct: all {result['tokens_checked']} tokens are within the tolerance band; nothing spent")
-    else:
-        print(
-            f"challenge {result['challenge_id']} opened at position {result['position']} "
-            f"(first token outside the band: {result['first_wrong']}; gas {result['gas_used']})"
-        )
-        if "outcome" in result:
-            print(f"outcome: {result['outcome']}")
+    elif "outcome" in result:
+        print(f"outcome: {result['outcome']}")
     return 0
 
 
@@ -216,8 +264,18 @@ def _add_chain(sub) -> None:
     unbond = chain.add_parser("unbond", help="operator: request unbonding (the node stops being active)")
     withdraw_bond = chain.add_parser("withdraw-bond", help="operator: withdraw the bond after the unbonding delay")
     refund = chain.add_parser("refund", help="refund the challenger of a challenge the referees left unresolved")
-    for q in (up, deploy, status, withdraw, unbond, withdraw_bond, refund):
+    propose = chain.add_parser(
+        "propose-referees",
+        help="owner: propose the next referee set (it takes effect after the contract's referee-set delay)",
+    )
+    activate = chain.add_parser("activate-referees", help="anyone: activate a proposed referee set")
+    cancel = chain.add_parser("cancel-referees", help="owner: withdraw a proposed referee set")
+    for q in (up, deploy, status, withdraw, unbond, withdraw_bond, refund, propose, activate, cancel):
         _common(q)
+    propose.add_argument("--referee", action="append", required=True, help="referee address, repeatable")
+    propose.add_argument("--threshold", type=int, required=True, help="verdict signatures needed, M of N")
+    for q in (propose, activate, cancel):
+        q.add_argument("--key-file", type=Path, help="sender key file (default on anvil: account 0, the owner)")
     for q in (unbond, withdraw_bond):
         q.add_argument("--key-file", type=Path, required=True, help="operator key file (DATA_DIR/keys/operator.key)")
     refund.add_argument("challenge_id", type=int, help="the challenge id")
@@ -238,6 +296,9 @@ def _add_chain(sub) -> None:
         (unbond, _cmd_unbond),
         (withdraw_bond, _cmd_withdraw_bond),
         (refund, _cmd_refund),
+        (propose, _cmd_propose_referees),
+        (activate, _cmd_activate_referees),
+        (cancel, _cmd_cancel_referees),
     ):
         q.set_defaults(func=func)
 
@@ -254,6 +315,12 @@ def _deploy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--challenge-window", type=int, help=f"seconds (default {d.challenge_window})")
     p.add_argument("--resolve-timeout", type=int, help=f"seconds (default {d.resolve_timeout})")
     p.add_argument("--unbonding-delay", type=int, help=f"seconds (default {d.unbonding_delay})")
+    p.add_argument(
+        "--referee-set-delay",
+        type=int,
+        help=f"seconds before a proposed referee set takes effect; must exceed the unbonding delay "
+        f"(default: the unbonding delay + {REFEREE_SET_MARGIN_S})",
+    )
 
 
 def _add_challenge(sub) -> None:
@@ -272,7 +339,16 @@ def _add_challenge(sub) -> None:
     p.add_argument("--key-file", type=Path, help="challenger key file (default on anvil: dev account 5)")
     add_pair_option(p, d["pair"])
     p.add_argument("--target-model", type=Path, help="the committed target model (default: the pair's target)")
-    p.add_argument("--position", type=int, help="challenge this position whatever the audit says (a false challenge)")
+    p.add_argument(
+        "--position",
+        type=int,
+        help="challenge this position instead; refused where the audit finds its token correct (certain to fail)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --position: submit even a challenge certain to fail (it loses the challenger bond)",
+    )
     p.add_argument("--wait", action="store_true", help="wait for the verdict, then withdraw the challenger's credit")
     p.add_argument(
         "--wait-s", type=float, default=d["wait_s"], help=f"longest wait for the verdict (default {d['wait_s']})"

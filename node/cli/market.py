@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -43,6 +44,12 @@ def _add_target(sub) -> None:
         "--max-drafters", type=int, help=f"drafters asked per job; 0 = plain decoding (default {d['max_drafters']})"
     )
     p.add_argument(
+        "--max-jobs",
+        type=int,
+        help="jobs at once over HTTP and libp2p; one more is refused at once (HTTP 503 with Retry-After, a "
+        f"libp2p error frame), never queued (default {d['max_jobs']})",
+    )
+    p.add_argument(
         "--wait-budget",
         type=float,
         help="share of a job that waiting for drafts that bought no token may cost before a job slower than "
@@ -68,6 +75,14 @@ def _add_target(sub) -> None:
         choices=[c.value for c in Cheat],
         help="a DISHONEST operator for tests and demos: answer with the draft model, or flip one token (default none)",
     )
+    p.add_argument(
+        "--new-receipt-store",
+        action="store_true",
+        default=None,
+        help="start a new receipt store (the old one is moved aside) where the old one is missing although the "
+        "key is registered, predates the store format, or belongs to another key or deployment; refused otherwise, "
+        "since a node without its receipts could sign a second, different receipt for a request (slashable)",
+    )
     p.add_argument("--config", type=Path, help="TOML file whose [target] table supplies defaults")
     p.set_defaults(func=_cmd_target)
 
@@ -77,8 +92,9 @@ def _cmd_target(args: argparse.Namespace) -> int:
 
     from node.target.node import TargetNode
 
+    cfg = TargetConfig(**resolve(args, "target", TargetConfig))
     node_logging(args.verbose)
-    node = TargetNode(TargetConfig(**resolve(args, "target", TargetConfig)))
+    node = TargetNode(cfg)
 
     def announce(info: dict) -> None:
         for addr in info["multiaddrs"]:
@@ -119,6 +135,12 @@ def _add_drafter(sub) -> None:
         action="store_false",
         default=None,
         help="answer each round only when asked: no early drafts while the target verifies (default: overlap on)",
+    )
+    p.add_argument(
+        "--target-http",
+        metavar="URL",
+        help="the target's HTTP API: when registering at --bootstrap keeps failing, its /health says where the "
+        "target (same peer id) listens now (default: none, retry --bootstrap)",
     )
     p.add_argument("--config", type=Path, help="TOML file whose [drafter] table supplies defaults")
     p.set_defaults(func=_cmd_drafter)
@@ -174,6 +196,10 @@ def _add_ask(sub) -> None:
         help=f"ask /v1/chat/completions with the prompt as the user's message; HTTP targets only (default {d['chat']})",
     )
     p.add_argument("--system", help="with --chat: a system message before the user's (default none)")
+    add_pair_option(p, d["pair"])
+    p.add_argument("--target-model", type=Path, help="the model the target must be bonded for (default: the pair's)")
+    p.add_argument("--rpc", help=f"chain to check a receipt's operator on (default {d['rpc']})")
+    p.add_argument("--deployments", type=Path, help=f"trusted <chainId>.json deployments (default {d['deployments']})")
     p.add_argument("--config", type=Path, help="TOML file whose [ask] table supplies defaults")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
     p.set_defaults(func=_cmd_ask)
@@ -181,6 +207,9 @@ def _add_ask(sub) -> None:
 
 def _cmd_ask(args: argparse.Namespace) -> int:
     from node.client.ask import ask
+
+    if not args.verbose:  # py-libp2p logs each failed dial itself; the error line says why already
+        logging.getLogger("libp2p").setLevel(logging.CRITICAL)
 
     def on_text(text: str) -> None:
         if not args.json:

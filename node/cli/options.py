@@ -72,6 +72,8 @@ def _coerce(kind: Any, value: Any) -> Any:
         return kind(value)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if kind in (int, float) and isinstance(value, bool):  # a bool is an int to isinstance, not to a user
+        raise TypeError(f"expected {kind.__name__}, got bool {value!r}")
     if kind in (int, float, str, bool) and not isinstance(value, kind):
         raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
     return value

@@ -5,7 +5,10 @@ With ``chat`` the prompt is sent as one user message (after an optional system m
 target, since the libp2p generation protocol carries plain prompts.
 
 The answer's receipt (when the node is bonded) is verified before it is shown or saved: the
-signature, its hashes, and that it covers exactly the tokens received.
+signature, its hashes, that it covers exactly the tokens received and the request made (the prompt
+tokenized here, with the expected model's tokenizer), and on chain that it was signed for the
+trusted deployment by a registered, active operator of the expected model, recently
+(node/client/receipt_check.py).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from node import safe_json
+from node.chain.anvil import DEFAULT_RPC
+from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR
+from node.pairs import DEFAULT_PAIR, get_pair
 from verifier.errors import InvalidParams
 from verifier.noise import MAX_SEED
 
@@ -35,6 +41,11 @@ class AskConfig:
     receipt_out: Path | None = None  # save the verified receipt here
     chat: bool = False  # send the prompt as a user message through the model's chat template
     system: str | None = None  # with chat: a system message before it
+    # what a receipt is checked against: the model the target must be bonded for, and the deployment
+    pair: str = DEFAULT_PAIR
+    target_model: Path | None = None  # default: the pair's target
+    rpc: str = DEFAULT_RPC
+    deployments: Path = DEFAULT_DEPLOYMENTS_DIR
 
     def __post_init__(self) -> None:
         if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
@@ -70,7 +81,7 @@ def ask(cfg: AskConfig, on_text: Callable[[str], None]) -> tuple[dict[str, Any],
         import trio
 
         summary = trio.run(_ask_p2p, cfg, on_text)
-    return summary, check_receipt(summary, cfg.receipt_out)
+    return summary, check_receipt(summary, cfg)
 
 
 async def _ask_p2p(cfg: AskConfig, on_text: Callable[[str], None]) -> dict[str, Any]:
@@ -88,21 +99,39 @@ async def _ask_p2p(cfg: AskConfig, on_text: Callable[[str], None]) -> dict[str, 
     }
 
 
-def check_receipt(summary: dict[str, Any], out: Path | None) -> str:
-    """Verify the answer's receipt (signature, hashes, and that it covers the tokens received);
-    save it to ``out``. Returns a line for the user ("" when the node is not bonded)."""
+def check_receipt(summary: dict[str, Any], cfg: AskConfig) -> str:
+    """Verify the answer's receipt (node/client/receipt_check.py) and save it to ``cfg.receipt_out``.
+    Returns a line for the user ("" when the node is not bonded)."""
     from node.chain.receipts import ReceiptError, SignedReceipt
 
-    data = summary.get("receipt")
+    data, out = summary.get("receipt"), cfg.receipt_out
     if data is None:
         if out is not None:
             raise ReceiptError("the target sent no receipt (it is not bonded), so there is nothing to save")
         return ""
     signed = SignedReceipt.from_json(data)
     signed.check()
-    if list(signed.output) != list(summary.get("tokens", [])):
-        raise ReceiptError("the receipt does not cover the tokens received")
+    _check_against_request_and_chain(signed, summary, cfg)
     if out is not None:
         out.write_text(signed.dumps() + "\n")
     saved = f", saved to {out}" if out is not None else ""
     return f"[receipt signed by operator {signed.receipt.operator} on chain {signed.domain.chain_id}{saved}]"
+
+
+def _check_against_request_and_chain(signed, summary: dict[str, Any], cfg: AskConfig) -> None:
+    from transformers import AutoTokenizer
+
+    from node.chain.admin import bond_client
+    from node.chain.config import ChainConfig
+    from node.client.receipt_check import Asked, check_covers, check_on_chain
+    from node.decoding import encode_prompt
+    from node.models import model_hash
+    from node.target.chat import chat_prompt
+    from verifier.params import SamplingParams
+
+    model_dir = get_pair(cfg.pair).target_dir(cfg.target_model)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    prompt = chat_prompt(tokenizer, cfg.messages) if cfg.chat else encode_prompt(tokenizer, cfg.prompt)
+    asked = Asked(tuple(prompt), SamplingParams(cfg.temperature, 0, cfg.top_p), cfg.seed, cfg.max_new_tokens)
+    check_covers(signed, asked, summary.get("tokens", []))
+    check_on_chain(signed, bond_client(ChainConfig(cfg.rpc, cfg.deployments)), model_hash(model_dir))

@@ -158,12 +158,14 @@ def _read_stream(response: http.client.HTTPResponse, on_text: Callable[[str], No
     raise MalformedStream("the stream ended before 'data: [DONE]'")
 
 
-def http_json(url: str, body: dict | None = None, timeout_s: float = HTTP_TIMEOUT_S) -> dict:
-    """GET ``url`` (or POST ``body`` as JSON) and decode the JSON answer (at most MAX_STREAM_BYTES)."""
+def http_json(
+    url: str, body: dict | None = None, timeout_s: float = HTTP_TIMEOUT_S, max_bytes: int = MAX_STREAM_BYTES
+) -> dict:
+    """GET ``url`` (or POST ``body`` as JSON) and decode the JSON answer (at most ``max_bytes``)."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return safe_json.loads(resp.read(MAX_STREAM_BYTES), f"the answer from {url}")
+        return safe_json.loads(resp.read(max_bytes), f"the answer from {url}")
 
 
 def complete(http: str, prompt: str, *, seed: int, max_tokens: int, temperature: float = 1.0, **kw) -> dict:

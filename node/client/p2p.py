@@ -34,8 +34,10 @@ async def ask_p2p(target: str, request: Request, on_text: Callable[[str], None])
             with trio.fail_after(CONNECT_TIMEOUT_S):
                 await host.connect(info)
                 stream = await host.new_stream(info.peer_id, [GENERATE_PROTOCOL_ID])
-        except (trio.TooSlowError, BaseLibp2pError, OSError) as exc:
-            raise AskFailed(f"cannot reach the target at {target}: {exc or type(exc).__name__}") from exc
+        except trio.TooSlowError:
+            raise AskFailed(f"cannot reach the target at {target}: no answer in {CONNECT_TIMEOUT_S:.0f} s") from None
+        except (BaseLibp2pError, OSError) as exc:
+            raise AskFailed(f"cannot reach the target at {target}: {str(exc) or type(exc).__name__}") from exc
         fs = FrameStream(stream, vocab_size=CLIENT_VOCAB_BOUND, allowed=TO_CLIENT)
         try:
             return await _exchange(fs, request, on_text)

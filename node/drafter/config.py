@@ -34,6 +34,7 @@ class DrafterConfig:
     kernel: str = DEFAULT_KERNEL  # the draft's linear-layer kernel (node.kernels): speed only
     threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
     overlap: bool = True  # draft the next block while the target verifies (early drafts); off: --no-overlap
+    target_http: str | None = None  # the target's HTTP API: its /health says where it listens if it moved
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
@@ -45,6 +46,8 @@ class DrafterConfig:
             raise InvalidParams(f"--slow-ms must be >= 0, got {self.slow_ms}")
         if not 1 <= self.threads <= MAX_THREADS:
             raise InvalidParams(f"--threads must be in [1, {MAX_THREADS}], got {self.threads}")
+        if self.target_http is not None and not self.target_http.startswith(("http://", "https://")):
+            raise InvalidParams(f"--target-http must be an http:// or https:// URL, got {self.target_http!r}")
         from p2p.host import parse_peer_addr  # libp2p: only when a drafter is configured
 
         parse_peer_addr(self.bootstrap)  # fail at start, not on first dial

@@ -11,24 +11,31 @@ a time. Drafters post no bond and are never slashed: all they can lose is the ef
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import logging
 import random
 import time
 from dataclasses import replace
+from functools import partial
 
+import multiaddr
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import BaseLibp2pError
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
 from libp2p.utils.varint import encode_uvarint
 
+from node.client.http import http_json
 from node.drafter.config import DrafterConfig
 from node.drafter.session import DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
 from node.models import HFCausalLM, load_model_dir, tokenizer_fingerprint
 from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamFailed
-from p2p.host import parse_peer_addr, peer_addrs, running_host
-from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, InvalidMessage, Open
+from p2p.host import InvalidAddress, parse_peer_addr, peer_addrs, running_host
+from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, Error, InvalidMessage, Open
 from verifier.errors import InvalidParams, error_leaves
 from verifier.params import SamplingParams
 
@@ -36,7 +43,24 @@ log = logging.getLogger(__name__)
 
 SESSION_IDLE_TIMEOUT_S = 300.0  # a target silent this long has abandoned the job
 SEND_TIMEOUT_S = 5.0
-MAX_SESSIONS = 32
+MAX_SESSIONS = 32  # sessions at once; one more is refused with an error frame (the target holds no grudge)
+REFUSE_SEND_TIMEOUT_S = 2.0
+LOOKUP_TIMEOUT_S = 5.0  # the target's /health must answer this soon (--target-http)
+MAX_HEALTH_BYTES = 1 << 20
+MAX_LOOKUP_ADDRS = 16
+
+
+def addrs_of(peer_id: ID, texts: list) -> list[multiaddr.Multiaddr]:
+    """The transport parts of those ``texts`` that are multiaddrs of ``peer_id``."""
+    found = []
+    for text in texts:
+        try:
+            info = parse_peer_addr(text) if isinstance(text, str) else None
+        except InvalidAddress:
+            continue
+        if info is not None and info.peer_id == peer_id:
+            found += info.addrs
+    return found
 
 
 class DrafterNode:
@@ -46,6 +70,7 @@ class DrafterNode:
         self.fingerprint = tokenizer_fingerprint(self.tokenizer)
         self.rng = random.Random(cfg.seed)
         self.sessions = 0
+        self.max_sessions = MAX_SESSIONS
         self.host: IHost | None = None
         self.model.fork().extend([self.tokenizer.eos_token_id])  # warm up: the first forward pass is slow
 
@@ -161,9 +186,8 @@ class DrafterNode:
 
     async def handle_stream(self, stream: INetStream) -> None:
         fs = FrameStream(stream, vocab_size=self.model.vocab_size, allowed=TO_DRAFTER)
-        if self.sessions >= MAX_SESSIONS:
-            log.warning("refusing a session from %s: %d sessions open", fs.peer_id, self.sessions)
-            await fs.reset()
+        if self.sessions >= self.max_sessions:
+            await self._refuse(fs)
             return
         self.sessions += 1
         try:
@@ -178,6 +202,33 @@ class DrafterNode:
             self.sessions -= 1
             await fs.close()
 
+    async def _refuse(self, fs: FrameStream) -> None:
+        """Full: say so in an ``error`` frame (a refusal, not a failure: the target does not bench for
+        it) and close, without reading the target's ``open``."""
+        reason = f"busy: {self.sessions} sessions open (at most {self.max_sessions})"
+        log.warning("refusing a session from %s: %s", fs.peer_id, reason)
+        with contextlib.suppress(StreamFailed, InvalidMessage):
+            await fs.send(Error(reason), REFUSE_SEND_TIMEOUT_S)
+        await fs.close()
+
+    async def find_target(self) -> PeerInfo | None:
+        """Where the target listens now, from its HTTP API's /health (``--target-http``): those of
+        its multiaddrs with the bootstrap's peer id (the URL may move the target, never replace it).
+        None when it does not answer in time or names no such address."""
+        assert self.cfg.target_http is not None
+        url = f"{self.cfg.target_http.rstrip('/')}/health"
+        peer_id = parse_peer_addr(self.cfg.bootstrap).peer_id
+        fetch = partial(http_json, url, timeout_s=LOOKUP_TIMEOUT_S, max_bytes=MAX_HEALTH_BYTES)
+        health = None
+        with trio.move_on_after(2 * LOOKUP_TIMEOUT_S):  # urllib's timeout is per read, not in all
+            try:
+                health = await trio.to_thread.run_sync(fetch, abandon_on_cancel=True)
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                log.info("cannot look up the target at %s: %s", url, exc)
+        texts = health.get("multiaddrs") if isinstance(health, dict) else None
+        found = addrs_of(peer_id, texts[:MAX_LOOKUP_ADDRS] if isinstance(texts, list) else [])
+        return PeerInfo(peer_id, found) if found else None
+
     def request_stop(self) -> None:
         """Graceful shutdown (call from the trio thread): unregister, close, return from run()."""
         self._stopping.set()
@@ -191,7 +242,8 @@ class DrafterNode:
             self.host = host
             host.set_stream_handler(DRAFT_PROTOCOL_ID, self.handle_stream)
             namespace = drafter_namespace(self.fingerprint)
-            await nursery.start(announce, host, bootstrap, namespace)
+            relocate = self.find_target if self.cfg.target_http else None
+            await nursery.start(partial(announce, relocate=relocate), host, bootstrap, namespace)
             log.info("drafter %s (%s) ready", host.get_id(), self.cfg.strategy)
             task_status.started(peer_addrs(host))
             await self._stopping.wait()

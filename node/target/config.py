@@ -28,10 +28,31 @@ MAX_DRAFTERS = 64
 MAX_DEADLINE_MS = 60_000.0
 DEFAULT_HTTP = "127.0.0.1:8000"
 
+# Bounded load (docs/design.md, "Bounded load"): jobs running at once, over HTTP and libp2p together;
+# one more is refused at once (HTTP 503 with Retry-After, a libp2p error frame), never queued.
+DEFAULT_MAX_JOBS = 8
+MAX_JOBS_LIMIT = 1024
+# Deadlines of the HTTP API (node.target.http_api); every one of them drops a stalled client.
+HTTP_BODY_TIMEOUT_S = 10.0  # a client must send its whole body this soon (else 408)
+HTTP_WRITE_TIMEOUT_S = 30.0  # a client that takes no data this long loses its job and its connection
+HTTP_IDLE_TIMEOUT_S = 5.0  # a connection with no request under way (or half its headers) is closed
+HTTP_READ_TIMEOUT_S = 600.0  # backstop: a connection silent this long is closed; longer than any job
+MAX_HTTP_TIMEOUT_S = 3600.0
+
 
 # Wasted waiting for drafts may cost at most this share of a job's time (and half a deadline) unless
 # the job still beats plain decoding; past it the job decodes alone (rounds.MarketProposer._over_budget).
 WAIT_BUDGET_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """The HTTP API's deadlines in seconds (``node.target.http_api``; the defaults above)."""
+
+    body_timeout_s: float = HTTP_BODY_TIMEOUT_S
+    write_timeout_s: float = HTTP_WRITE_TIMEOUT_S
+    idle_timeout_s: float = HTTP_IDLE_TIMEOUT_S
+    read_timeout_s: float = HTTP_READ_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -57,6 +78,12 @@ class TargetConfig:
     operator_key: Path | None = None  # default: DATA_DIR/keys/operator.key
     bond: str | None = None  # ETH; None: the contract's minimum
     cheat: Cheat = Cheat.NONE  # a DISHONEST operator, for tests and demos
+    new_receipt_store: bool = False  # start a new receipt store where the old one is missing or unusable
+    max_jobs: int = DEFAULT_MAX_JOBS  # jobs at once (HTTP and libp2p); one more is refused, not queued
+    http_body_timeout_s: float = HTTP_BODY_TIMEOUT_S
+    http_write_timeout_s: float = HTTP_WRITE_TIMEOUT_S
+    http_idle_timeout_s: float = HTTP_IDLE_TIMEOUT_S
+    http_read_timeout_s: float = HTTP_READ_TIMEOUT_S
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
@@ -72,6 +99,12 @@ class TargetConfig:
             raise InvalidParams(f"--wait-budget must be in [0, 1), got {self.wait_budget}")
         if not 0 <= self.max_drafters <= MAX_DRAFTERS:
             raise InvalidParams(f"--max-drafters must be in [0, {MAX_DRAFTERS}], got {self.max_drafters}")
+        if isinstance(self.max_jobs, bool) or not 1 <= self.max_jobs <= MAX_JOBS_LIMIT:
+            raise InvalidParams(f"--max-jobs must be in [1, {MAX_JOBS_LIMIT}], got {self.max_jobs}")
+        for name in ("http_body_timeout_s", "http_write_timeout_s", "http_idle_timeout_s", "http_read_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not 0 < value <= MAX_HTTP_TIMEOUT_S:
+                raise InvalidParams(f"{name} must be in (0, {MAX_HTTP_TIMEOUT_S:.0f}] seconds, got {value}")
         if self.cheat is not Cheat.NONE and not self.chain:
             raise InvalidParams("--cheat only makes sense for a bonded node: add --chain RPC_URL")
         self.http_host_port  # validates --http  # noqa: B018
@@ -83,6 +116,12 @@ class TargetConfig:
     @property
     def draft_dir(self) -> Path:
         return get_pair(self.pair).draft_dir(self.draft_model)
+
+    @property
+    def http_limits(self) -> HttpLimits:
+        return HttpLimits(
+            self.http_body_timeout_s, self.http_write_timeout_s, self.http_idle_timeout_s, self.http_read_timeout_s
+        )
 
     @property
     def http_host_port(self) -> tuple[str, int]:
@@ -104,4 +143,5 @@ class TargetConfig:
             key_file=Path(self.operator_key or Path(self.data_dir) / "keys" / OPERATOR_KEY_FILE),
             bond_wei=parse_ether(self.bond) if self.bond is not None else None,
             cheat=self.cheat,
+            new_store=self.new_receipt_store,
         )

@@ -25,8 +25,9 @@ from node.chain.cheat import Cheat
 from node.chain.receipts import RequestSpec, SignedReceipt
 from node.decoding import check_fits, encode_prompt
 from node.models import ModelPair
+from node.target.config import DEFAULT_MAX_JOBS
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode
-from verifier.errors import InvalidParams, sole_error
+from verifier.errors import InvalidParams, Unavailable, sole_error
 from verifier.model import LanguageModel
 from verifier.noise import MAX_SEED
 from verifier.params import SamplingParams
@@ -40,6 +41,13 @@ log = logging.getLogger(__name__)
 MAX_PROMPT_CHARS = 32_768
 DRAWN_SEED_BOUND = 1 << 53  # seeds the server draws stay exact in JSON/JavaScript numbers, so they can be replayed
 REPLACEMENT_CHAR = "\ufffd"  # what a partial UTF-8 sequence decodes to; held back until completed
+RETRY_AFTER_S = 1  # what a refused client is told to wait (a job of the tiny pair takes well under that)
+
+
+class Overloaded(Unavailable):
+    """The engine runs ``max_jobs`` jobs already: this one is refused now, not queued."""
+
+    retry_after_s = RETRY_AFTER_S
 
 
 @dataclass(frozen=True)
@@ -162,7 +170,17 @@ class EngineCounters:
     draft_tokens_proposed: int = 0
     draft_tokens_accepted: int = 0
     active_jobs: int = 0
+    requests_refused: int = 0  # refused because max_jobs were running (Overloaded)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def start_job(self, max_jobs: int) -> None:
+        """Count one more running job, or raise Overloaded when ``max_jobs`` already run."""
+        with self._lock:
+            if self.active_jobs >= max_jobs:
+                self.requests_refused += 1
+                raise Overloaded(f"the target is at capacity ({max_jobs} jobs running); retry in {RETRY_AFTER_S} s")
+            self.requests += 1
+            self.active_jobs += 1
 
     def add(self, result: DecodeResult) -> None:
         with self._lock:
@@ -282,6 +300,7 @@ class Engine:
         drafting: DraftingBackend | None = None,
         operator: Operator | None = None,
         cheat: Cheat = Cheat.NONE,
+        max_jobs: int = DEFAULT_MAX_JOBS,
     ):
         if not 1 <= gamma <= MAX_GAMMA:
             raise InvalidParams(f"gamma must be in [1, {MAX_GAMMA}], got {gamma}")
@@ -293,6 +312,7 @@ class Engine:
         self.model_name = model_name
         self.gamma = gamma
         self.drafting = drafting
+        self.max_jobs = max_jobs  # jobs at once; one more raises Overloaded (HTTP 503, a libp2p error)
         self.counters = EngineCounters()
         self.observers: list[JobObserver] = []  # e.g. the HTTP API's latency histograms
 
@@ -350,8 +370,9 @@ class Engine:
         spec = RequestSpec.build(prompt, req.params, seed, req.max_tokens)
         job = JobSpec(spec, self.pair.tokenizer.eos_token_id if req.stop_at_eos else None)
         job_id = secrets.token_hex(8)
-        self.counters.requests += 1
-        self.counters.active_jobs += 1
+        if self.operator is not None:
+            self.operator.require_serving()  # before any work: an answer it cannot receipt is refused
+        self.counters.start_job(self.max_jobs)
         try:
             stored = self.operator.lookup(spec) if self.operator is not None else None
             if stored is not None:

@@ -4,15 +4,19 @@ Routes: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (one JSON obj
 events with ``"stream": true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus,
 ``node.target.http_metrics``) and ``GET /openapi.json``. Bodies and answers are the pydantic models
 of ``node.target.http_schema``. Every error, a validation error included, is answered in OpenAI's
-shape ``{"error": {...}}``: 400 for a bad body (not FastAPI's 422), 404, 405, 408, 413, 500. It runs
-on trio (FastAPI and Starlette use anyio) because the target's libp2p host shares the event loop.
+shape ``{"error": {...}}``: 400 for a bad body (not FastAPI's 422), 404, 405, 408, 413, 500, and 503
+with ``Retry-After`` when ``max_jobs`` jobs run already. It runs on trio (FastAPI and Starlette use
+anyio) because the target's libp2p host shares the event loop.
+
+Every stage of a connection has a deadline (``HttpLimits``): half-sent headers and idle keep-alive
+connections (hypercorn's keep-alive timeout), the body (``read_body``), every write of a stream
+(``JobResponse``) and, in the kernel, any response the client stops taking (``TCP_USER_TIMEOUT``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
@@ -23,17 +27,18 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
-from hypercorn.config import Config
+from hypercorn.config import Config, Sockets
 from hypercorn.trio import serve
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
-from starlette.types import Receive, Scope, Send
 
 from node import safe_json
 from node.target.chat import chat_prompt
-from node.target.engine import CompletionRequest, CompletionResult, Engine
+from node.target.config import HTTP_BODY_TIMEOUT_S, HttpLimits
+from node.target.engine import Engine
+from node.target.http_jobs import JSON, JobResponse, error_response, json_response
 from node.target.http_metrics import CONTENT_TYPE, ApiMetrics, StatusFn
 from node.target.http_schema import (
     MAX_BODY_BYTES,
@@ -60,27 +65,25 @@ from verifier.errors import SpecmarketError, sole_error
 
 log = logging.getLogger(__name__)
 
-BODY_TIMEOUT_S = 10.0  # a client must send its whole body this soon
+BODY_TIMEOUT_S = HTTP_BODY_TIMEOUT_S  # a client must send its whole body this soon (unless HttpLimits say)
+MAX_HEADER_BYTES = 16 << 10  # request line and headers (h11's limit; more is answered 431)
 DRAIN_BYTES = 8 << 20  # an oversized body is read and dropped up to this size so the client gets its 413
 GRACEFUL_SHUTDOWN_S = 2.0
-JSON = "application/json"
-SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+MAX_HEALTH_DRAFTERS = 32  # /health lists the first (best) drafters of status(); drafters_total counts all
 Body = TypeVar("Body", bound=Sampling)
 
 
-class ClientGone(SpecmarketError):
-    """The client disconnected before its response was complete."""
-
-
-async def read_body(request: Request) -> bytes:
-    """The body, at most MAX_BODY_BYTES, within BODY_TIMEOUT_S. A larger one is refused (413) and
-    never kept: it is read and dropped (up to DRAIN_BYTES) so that the client can read the answer."""
+async def read_body(request: Request, timeout_s: float | None = None) -> bytes:
+    """The body, at most MAX_BODY_BYTES, within ``timeout_s`` (None: BODY_TIMEOUT_S). A larger one is
+    refused (413) and never kept: it is read and dropped (up to DRAIN_BYTES) so that the client can
+    read the answer."""
+    timeout_s = BODY_TIMEOUT_S if timeout_s is None else timeout_s
     declared = request.headers.get("content-length", "")
     declared_bytes = int(declared) if declared.isdigit() else 0
     over = declared_bytes > MAX_BODY_BYTES
     chunks: list[bytes] = []
     size = 0
-    with anyio.move_on_after(BODY_TIMEOUT_S) as deadline:
+    with anyio.move_on_after(timeout_s) as deadline:
         try:
             async for chunk in request.stream():
                 size += len(chunk)
@@ -94,7 +97,7 @@ async def read_body(request: Request) -> bytes:
     if over:
         raise HttpError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
     if deadline.cancelled_caught:
-        raise HttpError(408, f"the request body did not arrive within {BODY_TIMEOUT_S:g} s", code="request_timeout")
+        raise HttpError(408, f"the request body did not arrive within {timeout_s:g} s", code="request_timeout")
     return b"".join(chunks)
 
 
@@ -113,106 +116,28 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return data
 
 
-async def parse_body(request: Request, model: type[Body]) -> Body:
+async def parse_body(request: Request, model: type[Body], timeout_s: float | None = None) -> Body:
     """The body as ``model``: strict JSON, then strict validation (the first error, as a 400)."""
-    data = parse_json_object(await read_body(request))
+    data = parse_json_object(await read_body(request, timeout_s))
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc.errors(include_url=False)) from None
 
 
-def _dumps(obj: BaseModel | dict[str, Any]) -> str:
-    return obj.model_dump_json() if isinstance(obj, BaseModel) else json.dumps(obj, ensure_ascii=False)
-
-
-def _json(obj: BaseModel | dict[str, Any], status: int = 200) -> Response:
-    return Response(_dumps(obj), status, media_type=JSON)
-
-
-class JobResponse(Response):
-    """Runs one job when it is sent: one JSON object at the end, or (stream) an event per verified
-    chunk, a final event with usage and the audit data, then ``data: [DONE]``.
-
-    The 200 goes out with the first chunk, so an error found before any token (a prompt too long for
-    the context window) still gets its status code; a later one is sent as an error event. The
-    client's disconnect cancels the job.
-    """
-
-    def __init__(self, engine: Engine, req: CompletionRequest, wire: Wire, *, stream: bool) -> None:
-        super().__init__(media_type=JSON)
-        self.engine, self.req, self.wire, self.stream = engine, req, wire, stream
-        self.started = self.gone = False
-        self._send: Send | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._send = send
-        head = {"id": self.wire.id_prefix + secrets.token_hex(8), "model": self.engine.model_name}
-        head["created"] = int(time.time())
-        try:
-            result = await self._watched(receive, self._chunker(head) if self.stream else None)
-        except ClientGone:
-            log.debug("client went away during job")
-            return
-        except SpecmarketError as exc:
-            err = http_error_for(exc) or HttpError(500, "internal server error", code="internal_error")
-            if not self.started:
-                await _json(err.body(), err.status)(scope, receive, send)
-                return
-            await self._event(err.body(), more=False)
-            return
-        if not self.stream:
-            head["id"] = self.wire.id_prefix + result.job
-            await _json(self.wire.answer(head, result))(scope, receive, send)
-            return
-        await self._event(self.wire.final(head, result))
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
-
-    async def _watched(self, receive: Receive, on_chunk) -> CompletionResult:
-        result: CompletionResult | None = None
-        error: SpecmarketError | None = None
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._watch_disconnect, receive, tasks.cancel_scope)
-            try:
-                result = await self.engine.complete(self.req, on_chunk)
-            except SpecmarketError as exc:  # re-raised below, outside the task group's exception group
-                error = exc
-            tasks.cancel_scope.cancel()
-        if self.gone:
-            raise ClientGone
-        if error is not None:
-            raise error
-        assert result is not None
-        return result
-
-    async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.gone = True
-        scope.cancel()
-
-    def _chunker(self, head: dict[str, Any]) -> Callable[[tuple[int, ...], str], Awaitable[None]]:
-        async def on_chunk(tokens: tuple[int, ...], text: str) -> None:
-            for event in self.wire.chunks(head, text, tokens, first=not self.started):
-                await self._event(event)
-
-        return on_chunk
-
-    async def _event(self, obj: BaseModel | dict[str, Any], *, more: bool = True) -> None:
-        assert self._send is not None
-        if not self.started:
-            self.started = True
-            await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        await self._send({"type": "http.response.body", "body": f"data: {_dumps(obj)}\n\n".encode(), "more_body": more})
+_json, _error = json_response, error_response
 
 
 class Routes:
-    """The endpoints; ``status()`` adds the node's p2p view to /health and /metrics."""
+    """The endpoints; ``status()`` adds the node's p2p view to /health and /metrics. ``limits`` None:
+    the module's BODY_TIMEOUT_S and WRITE_TIMEOUT_S."""
 
-    def __init__(self, engine: Engine, status: StatusFn) -> None:
+    def __init__(self, engine: Engine, status: StatusFn, limits: HttpLimits | None = None) -> None:
         self.engine, self.status = engine, status
         self.metrics = ApiMetrics(engine, status)
         self.created = int(time.time())
+        self.body_timeout_s = limits.body_timeout_s if limits is not None else None
+        self.write_timeout_s = limits.write_timeout_s if limits is not None else None
 
     def _job(
         self, body: Sampling, prompt: str | tuple[int, ...], wire: Wire, *, stop_at_eos: bool = False
@@ -221,16 +146,17 @@ class Routes:
             shown, served = body.model[:MAX_ECHOED_CHARS], self.engine.model_name
             message = f"the model '{shown}' does not exist; this server serves '{served}'"
             raise HttpError(404, message, param="model", code="model_not_found")
-        return JobResponse(self.engine, body.engine_request(prompt, stop_at_eos=stop_at_eos), wire, stream=body.stream)
+        req = body.engine_request(prompt, stop_at_eos=stop_at_eos)
+        return JobResponse(self.engine, req, wire, stream=body.stream, write_timeout_s=self.write_timeout_s)
 
     async def completions(self, request: Request) -> Response:
-        body = await parse_body(request, CompletionBody)
+        body = await parse_body(request, CompletionBody, self.body_timeout_s)
         return self._job(body, body.prompt, TextWire())
 
     async def chat_completions(self, request: Request) -> Response:
         """The messages through the model's chat template; the receipt covers the templated ids. The
         answer ends at the end of the assistant's turn (the tokenizer's end-of-sequence token)."""
-        body = await parse_body(request, ChatBody)
+        body = await parse_body(request, ChatBody, self.body_timeout_s)
         messages = [m.model_dump(include={"role", "content"}) for m in body.messages]
         return self._job(body, chat_prompt(self.engine.pair.tokenizer, messages), ChatWire(), stop_at_eos=True)
 
@@ -239,6 +165,9 @@ class Routes:
 
     async def health(self) -> Response:
         extra = {k: v for k, v in self.status().items() if k not in Health.model_fields}
+        if isinstance(drafters := extra.get("drafters"), dict):  # bounded: peer ids are free to mint
+            extra["drafters_total"] = len(drafters)
+            extra["drafters"] = dict(list(drafters.items())[:MAX_HEALTH_DRAFTERS])
         active = self.engine.counters.snapshot()["active_jobs"]
         return _json(Health(model=self.engine.model_name, active_jobs=active, **extra))
 
@@ -246,7 +175,7 @@ class Routes:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
 
-ERRORS = {400: {"model": ErrorResponse}, 404: {"model": ErrorResponse}, 413: {"model": ErrorResponse}}
+ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 503)}
 
 
 def _post(
@@ -299,7 +228,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         err = http_error_for(exc) or HttpError(500, "internal server error", code="internal_error")
         if err.status >= 500:
             log.warning("request failed: %s", err.message)
-        return _json(err.body(), err.status)
+        return _error(err)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.error("unexpected error while serving %s %s", request.method, request.url.path, exc_info=exc)
@@ -311,9 +240,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, on_unexpected)
 
 
-def build_app(engine: Engine, status: StatusFn | None = None) -> FastAPI:
-    """The ASGI app serving ``engine``; ``status()`` returns the node's JSON-ready p2p view (or None: {})."""
-    routes = Routes(engine, status or dict)
+def build_app(engine: Engine, status: StatusFn | None = None, limits: HttpLimits | None = None) -> FastAPI:
+    """The ASGI app serving ``engine``; ``status()`` returns the node's JSON-ready p2p view (or None: {});
+    ``limits``: the body and write deadlines (serve_http takes the connection ones)."""
+    routes = Routes(engine, status or dict, limits)
     app = FastAPI(title="specmarket target", version="1", docs_url=None, redoc_url=None)
     _post(app, "/v1/completions", routes.completions, CompletionBody, Completion, Completion)
     _post(app, "/v1/chat/completions", routes.chat_completions, ChatBody, ChatCompletion, ChatCompletionChunk)
@@ -326,12 +256,34 @@ def build_app(engine: Engine, status: StatusFn | None = None) -> FastAPI:
     return app
 
 
-def http_config(host: str, port: int) -> Config:
-    config = Config()
+class BoundedConfig(Config):
+    """hypercorn's Config, whose listening sockets pass ``TCP_USER_TIMEOUT`` on to every connection:
+    the kernel aborts a connection whose client has not taken sent data for that long (a zero window),
+    and so ends a socket write that hypercorn shields from cancellation. Linux only; elsewhere a
+    stalled stream still loses its job at the write deadline, but its connection waits for the client."""
+
+    user_timeout_ms: int = 0
+
+    def create_sockets(self) -> Sockets:
+        sockets = super().create_sockets()
+        option = getattr(socket, "TCP_USER_TIMEOUT", None)
+        if self.user_timeout_ms and option is not None:
+            for sock in sockets.insecure_sockets:
+                sock.setsockopt(socket.IPPROTO_TCP, option, self.user_timeout_ms)
+        return sockets
+
+
+def http_config(host: str, port: int, limits: HttpLimits | None = None) -> Config:
+    limits = limits or HttpLimits()
+    config = BoundedConfig()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = log
     config.graceful_timeout = GRACEFUL_SHUTDOWN_S
+    config.keep_alive_timeout = limits.idle_timeout_s  # also ends a connection whose headers never complete
+    config.read_timeout = limits.read_timeout_s  # type: ignore[assignment]  # hypercorn: per read; a backstop
+    config.h11_max_incomplete_size = MAX_HEADER_BYTES
+    config.user_timeout_ms = round(limits.write_timeout_s * 1000)
     return config
 
 
@@ -352,9 +304,10 @@ async def serve_http(
     *,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     shutdown_trigger: Callable[[], Awaitable[Any]] | None = None,
+    limits: HttpLimits | None = None,
 ) -> None:
     """Serve ``app`` on host:port (0 = any free port) until ``shutdown_trigger()`` returns."""
-    config = http_config(host, port)
+    config = http_config(host, port, limits)
     try:
         await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=_FirstBind(task_status), mode="asgi")
     except BaseExceptionGroup as group:  # hypercorn's nurseries wrap a failed bind

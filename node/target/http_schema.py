@@ -26,9 +26,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from node.target.chat import ROLES
-from node.target.engine import MAX_PROMPT_CHARS, CompletionRequest, CompletionResult
+from node.target.engine import MAX_PROMPT_CHARS, CompletionRequest, CompletionResult, Overloaded
 from p2p.messages import MAX_NEW_TOKENS
-from verifier.errors import ContextTooLong, InvalidParams, SpecmarketError, error_leaves
+from verifier.errors import ContextTooLong, InvalidParams, SpecmarketError, Unavailable, error_leaves
 
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TOKENS = 16
@@ -54,16 +54,28 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {  # OpenAI fields this server cannot hono
 class HttpError(SpecmarketError):
     """An error answered in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.retry_after_s = retry_after_s  # sent as Retry-After (503: the server is at capacity)
 
     def body(self) -> dict[str, Any]:
         kind = "server_error" if self.status >= 500 else "invalid_request_error"
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
 
 
 # --- requests ------------------------------------------------------------------------------------
@@ -227,6 +239,10 @@ def http_error_for(exc: BaseException) -> HttpError | None:
         return HttpError(400, str(err), param=_named_field(str(err)), code="invalid_value")
     if isinstance(err, ContextTooLong):
         return HttpError(400, str(err), param="max_tokens", code="context_length_exceeded")
+    if isinstance(err, Overloaded):
+        return HttpError(503, str(err), code="server_overloaded", retry_after_s=err.retry_after_s)
+    if isinstance(err, Unavailable):
+        return HttpError(503, str(err), code=type(err).__name__)
     return HttpError(500, str(err) or type(err).__name__, code=type(err).__name__)
 
 

@@ -88,9 +88,15 @@ class MarketDrafting:
                 nursery.start_soon(self._open, peer, gamma, opened)
         return opened
 
+    def _select(self) -> list[str]:
+        """The policy's choice, without the drafters that refused a session lately (full)."""
+        busy = {p for p in self.registry.peers() if self.registry.is_busy(p)}
+        chosen = self.policy.select(self.registry, self.max_drafters + len(busy))
+        return [p for p in chosen if p not in busy][: self.max_drafters]
+
     @asynccontextmanager
     async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator:
-        peers = self.policy.select(self.registry, self.max_drafters)
+        peers = self._select()
         sessions = await self._open_all(peers, gamma) if peers else []
         if not sessions:
             yield None

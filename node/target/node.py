@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -19,6 +20,7 @@ from market.registry import Registry
 from node.chain.cheat import Cheat
 from node.chain.operator import Operator, open_operator
 from node.models import ModelPair, load_pair
+from node.runtime import holding_port
 from node.target.config import TargetConfig
 from node.target.engine import CompletionRequest, Engine
 from node.target.http_api import build_app, serve_http
@@ -35,7 +37,18 @@ LEDGER_FILE = "ledger.sqlite"
 REQUEST_TIMEOUT_S = 10.0  # a client must send its request this soon after opening the stream
 CLIENT_SEND_TIMEOUT_S = 30.0
 MAX_ERROR_CHARS = 1000  # an error frame says why in a line, not the whole offending frame
+# Generate streams open at once (waiting for their request or running): one more is answered with an
+# error frame at once. Jobs behind them are bounded by max_jobs; these bound the waiting streams too.
+MAX_GENERATE_STREAMS_PER_PEER = 4
+MAX_GENERATE_STREAMS = 256  # all peers together (peer ids are free to mint)
+REFUSE_SEND_TIMEOUT_S = 2.0  # a refused stream hears why this soon, or is closed without it
 MODEL_NAME = "specmarket-target"
+
+
+def ranked_drafters(drafters: dict[str, dict]) -> dict[str, dict]:
+    """Best first: most credited tokens, then longest known (Sybils that never drafted sink)."""
+    order = sorted(drafters, key=lambda p: (-drafters[p].get("credited_tokens", 0), -drafters[p].get("known_for_s", 0)))
+    return {peer: drafters[peer] for peer in order}
 
 
 class TargetNode:
@@ -51,13 +64,13 @@ class TargetNode:
         )
         self.ledger = Ledger(Path(cfg.data_dir) / LEDGER_FILE)
         self.engine: Engine | None = None
-        self.operator: Operator | None = None
-        if (operator := cfg.operator) is not None:  # bond before serving: every answer must be receipted
-            self.operator, _ = open_operator(operator, cfg.target_dir, Path(cfg.data_dir))
+        self.generate_streams: dict[str, int] = {}  # peer -> its generate streams open now
+        self.operator: Operator | None = None  # bonded in run(), once every listener is bound
         self.addrs: list[str] = []
+        self.point: RendezvousPoint | None = None
 
     def status(self) -> dict:
-        """JSON-ready node state for /health and /metrics."""
+        """JSON-ready node state for /health and /metrics; drafters best first (``ranked_drafters``)."""
         drafters = self.registry.snapshot()  # drafters in the market now
         for peer, row in drafters.items():
             row["credited_tokens"] = self.ledger.get(peer).accepted  # lifetime, from the ledger
@@ -65,28 +78,49 @@ class TargetNode:
         return {
             "peer_id": self.addrs[0].rsplit("/", 1)[-1] if self.addrs else None,
             "multiaddrs": self.addrs,
-            "drafters": drafters,
-            "operator": None
-            if op is None
-            else {"address": op.address, "contract": op.client.address, "chain_id": op.client.domain.chain_id},
+            "drafters": ranked_drafters(drafters),
+            "rendezvous": None if self.point is None else self.point.stats(),
+            "operator": None if op is None else op.describe(),
         }
 
     async def handle_generate(self, stream: INetStream) -> None:
-        """The generation protocol: one ``request`` in, ``chunk`` frames and a ``done`` out."""
+        """The generation protocol: one ``request`` in, ``chunk`` frames and a ``done`` out. Past the
+        stream caps, or with ``max_jobs`` running (``Overloaded``), the answer is an ``error`` frame."""
         assert self.engine is not None
         fs = FrameStream(stream, vocab_size=self.pair.target.vocab_size, allowed=TO_SERVER)
+        peer = fs.peer_id
+        if (refusal := self._stream_refusal(peer)) is not None:
+            log.info("refusing a generate stream from %s: %s", peer, refusal)
+            with contextlib.suppress(StreamFailed, InvalidMessage):
+                await fs.send(Error(refusal), REFUSE_SEND_TIMEOUT_S)
+            await fs.close()
+            return
+        self.generate_streams[peer] = self.generate_streams.get(peer, 0) + 1
         try:
             req = await fs.receive(REQUEST_TIMEOUT_S)
             assert isinstance(req, Request)
             await self._serve_request(fs, req)
         except InvalidMessage as exc:  # the peer hears why, then the stream closes
-            log.warning("generate stream from %s: invalid request: %s", fs.peer_id, exc)
+            log.warning("generate stream from %s: invalid request: %s", peer, exc)
             with contextlib.suppress(StreamFailed):
                 await fs.send(Error(f"invalid request: {exc}"[:MAX_ERROR_CHARS]), CLIENT_SEND_TIMEOUT_S)
         except StreamFailed as exc:
-            log.warning("generate stream from %s dropped: %s", fs.peer_id, exc)
+            log.warning("generate stream from %s dropped: %s", peer, exc)
         finally:
-            await fs.close()
+            try:
+                await fs.close()
+            finally:
+                self.generate_streams[peer] -= 1
+                if not self.generate_streams[peer]:
+                    del self.generate_streams[peer]
+
+    def _stream_refusal(self, peer: str) -> str | None:
+        """Why a new generate stream from ``peer`` is refused; None: it is served."""
+        if self.generate_streams.get(peer, 0) >= MAX_GENERATE_STREAMS_PER_PEER:
+            return f"too many concurrent generate streams from this peer (at most {MAX_GENERATE_STREAMS_PER_PEER})"
+        if sum(self.generate_streams.values()) >= MAX_GENERATE_STREAMS:
+            return f"the target has {MAX_GENERATE_STREAMS} generate streams open; retry later"
+        return None
 
     async def _serve_request(self, fs: FrameStream, req: Request) -> None:
         assert self.engine is not None
@@ -107,13 +141,27 @@ class TargetNode:
         done = Done(result.job, result.tokens, result.seed, stats, result.credits, receipt)
         await fs.send(done, CLIENT_SEND_TIMEOUT_S)
 
+    async def _bond(self) -> None:
+        """Register and bond if the node is bonded (blocking chain calls, in a thread), before it
+        serves: every answer must be receipted. Only after every local check (model, key, ports).
+        A signal meanwhile stops the node at once (the thread dies with the process): what was
+        sent stands (each transaction is atomic, and the next start tops up what is missing)."""
+        if (operator := self.cfg.operator) is not None:
+            bond = partial(open_operator, operator, self.cfg.target_dir, Path(self.cfg.data_dir))
+            self.operator, _ = await trio.to_thread.run_sync(bond, abandon_on_cancel=True)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started({"multiaddrs": [...], "http": url})``."""
         cfg = self.cfg
         http_host, http_port = cfg.http_host_port
-        async with running_host(cfg.data_dir, cfg.listen) as host, trio.open_nursery() as nursery:
+        async with (
+            holding_port(http_host, http_port, "HTTP") as http_port_held,
+            running_host(cfg.data_dir, cfg.listen) as host,
+            trio.open_nursery() as nursery,
+        ):
             self.addrs = peer_addrs(host)
-            point = RendezvousPoint(host, drafter_namespace(self.pair.fingerprint))
+            await self._bond()  # both ports are ours now: a node that cannot serve never bonds
+            self.point = point = RendezvousPoint(host, drafter_namespace(self.pair.fingerprint))
             drafting = MarketDrafting(
                 host,
                 self.registry,
@@ -131,14 +179,17 @@ class TargetNode:
                 drafting=drafting if cfg.max_drafters else None,
                 operator=self.operator,
                 cheat=cfg.cheat,
+                max_jobs=cfg.max_jobs,
             )
             host.set_stream_handler(GENERATE_PROTOCOL_ID, self.handle_generate)
             nursery.start_soon(point.watch, drafting.on_registration, drafting.on_gone)
-            url = await nursery.start(serve_http, build_app(self.engine, self.status), http_host, http_port)
+            app = build_app(self.engine, self.status, cfg.http_limits)
+            http_port_held.close()  # hypercorn binds it next
+            url = await nursery.start(partial(serve_http, limits=cfg.http_limits), app, http_host, http_port)
             log.info("target %s serving on %s and %s", host.get_id(), ", ".join(self.addrs), url)
             task_status.started({"multiaddrs": self.addrs, "http": url})
 
     def close(self) -> None:
         self.ledger.close()
         if self.operator is not None:
-            self.operator.store.close()
+            self.operator.close()

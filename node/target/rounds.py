@@ -33,7 +33,7 @@ from market.registry import Registry
 from node.target.config import WAIT_BUDGET_SHARE
 from node.target.draft_timing import DraftTiming
 from p2p.framing import FrameStream, StreamFailed
-from p2p.messages import Advance, Draft, InvalidMessage, Open
+from p2p.messages import Advance, Draft, Error, InvalidMessage, Open
 from verifier.model import common_prefix
 from verifier.params import SamplingParams
 from verifier.proposal import EMPTY, Proposal
@@ -143,7 +143,7 @@ class MarketProposer:
         self.prompt_len = len(context) - k if self.prompt_len is None else self.prompt_len
         self.emitted = k
         self._settle(context)
-        if self.stopped_at is not None or self._over_budget(started, k) is not False:
+        if self._over_budget(started, k) is not False:  # (once stopped, propose() no longer hops here)
             self.round = RoundState()
             self.rounds += 1
             self.empty_rounds += 1
@@ -231,6 +231,12 @@ class MarketProposer:
         self.registry.record_error(session.peer_id, reason)
         self.policy.update(self.registry, session.peer_id)
 
+    def _refused(self, session: RemoteSession, reason: str) -> None:
+        if session.alive:
+            session.kill(f"refused: {reason}")
+            log.info("job %s: drafter %s refused the session: %s", self.job, session.peer_id, reason[:200])
+            self.registry.record_refusal(session.peer_id, reason)
+
     def _settle(self, context: Sequence[int]) -> None:
         """Score the drafts of the round that just ended against the tokens it emitted."""
         r = self.round
@@ -273,10 +279,9 @@ class MarketProposer:
         allowance = self.wait_budget * elapsed + self.deadline_s / 2  # a share, and half a round of trial
         if not self.wait_budget or self.rounds < MIN_BUDGET_ROUNDS or self.wasted_s <= allowance or self.passes is None:
             return False
-        plain_pass_s = self.passes.plain_pass_s()
-        if plain_pass_s is None:
+        plain_s = self._plain_seconds(k)
+        if plain_s is None:
             return None  # probe: one round alone
-        plain_s = self.passes.pass_seconds[0] + k * plain_pass_s
         if elapsed <= plain_s:
             return False
         self.stopped_at = self.rounds
@@ -287,13 +292,13 @@ class MarketProposer:
         )  # fmt: skip
         return True
 
-    def _plain_estimate(self) -> float:
-        """What plain decoding would have taken for this job's tokens: its prefill plus one measured
-        one-position pass per token (0 without such a pass)."""
+    def _plain_seconds(self, tokens: int) -> float | None:
+        """What plain decoding takes for ``tokens`` tokens of this job: its prefill plus one measured
+        one-position pass per token (None before such a pass was measured)."""
         plain_pass_s = self.passes.plain_pass_s() if self.passes is not None else None
         if plain_pass_s is None:
-            return 0.0
-        return self.passes.pass_seconds[0] + plain_pass_s * self.emitted
+            return None
+        return self.passes.pass_seconds[0] + plain_pass_s * tokens
 
     def timing(self) -> dict[str, float | int]:
         """Drafting overheads of this job, for the response's stats."""
@@ -303,7 +308,7 @@ class MarketProposer:
             "draft_wait_seconds": round(self.wait_s, 4),
             "draft_wait_ms_per_round": round(1000 * self.wait_s / self.rounds, 3) if self.rounds else 0.0,
             "draft_wasted_wait_seconds": round(self.wasted_s, 4),
-            "plain_estimate_seconds": round(self._plain_estimate(), 4),
+            "plain_estimate_seconds": round(self._plain_seconds(self.emitted) or 0.0, 4),
             "draft_budget_stopped_at_round": -1 if self.stopped_at is None else self.stopped_at,
             **self.drafts.stats(),
         }
@@ -323,6 +328,9 @@ class MarketProposer:
                 msg = await session.fs.receive(IDLE_READ_TIMEOUT_S)
             except (StreamFailed, InvalidMessage) as exc:
                 self._fail(session, str(exc))
+                break
+            if isinstance(msg, Error):  # the drafter is full: a refusal, not held against it
+                self._refused(session, msg.message)
                 break
             assert isinstance(msg, Draft)  # FrameStream(allowed=TO_TARGET) admits nothing else
             if msg.job != self.job or len(msg.tokens) > self.gamma:

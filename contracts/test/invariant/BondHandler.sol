@@ -6,7 +6,8 @@ import {TestUtils} from "../utils/TestBase.sol";
 import {SpecmarketBond} from "../../src/SpecmarketBond.sol";
 
 /// @dev Drives SpecmarketBond through random sequences of every user action, with real operator
-///      and referee signatures and deliberately bad ones, and keeps ghost accounting to check it.
+///      and referee signatures and deliberately bad ones, and the owner's referee-set proposals,
+///      cancellations and activations; keeps ghost accounting (bonds, referee epochs) to check it.
 contract BondHandler is BondHelpers {
     SpecmarketBond public immutable bond;
     address public immutable owner;
@@ -15,9 +16,10 @@ contract BondHandler is BondHelpers {
     uint256[] internal opPks;
     address[] public operators;
     address[] public challengers;
-    uint256[] internal refPks; // all keys that were ever referees, sorted by address
-    address[] internal refAddrs; // their addresses, same order
+    uint256[] internal poolPks; // every key a referee set is drawn from, sorted by address
+    address[] internal poolAddrs; // their addresses, same order
     uint256 internal constant OUTSIDER_PK = 0x0BAD;
+    uint256 internal constant MAX_REFEREES = 32;
 
     uint256[] public challengeIds;
     /// The last receipt challenged successfully: about one challenge in three piles onto it at
@@ -50,14 +52,47 @@ contract BondHandler is BondHelpers {
     uint256 public repeatFaults; // at-fault verdicts on a receipt that was already slashed
     uint256 public badResolvesRejected;
 
-    constructor(SpecmarketBond bond_, address owner_, uint256[] memory refPks_) {
+    // ---- ghost referee epochs ---------------------------------------------------------------
+    /// Epochs activated so far (1: the constructor's), and each one's keys (ascending by address)
+    /// and threshold, as the handler proposed them.
+    uint256 public ghostEpoch;
+    mapping(uint256 epoch => uint256[]) internal epochPks;
+    mapping(uint256 epoch => uint256) public epochThreshold;
+    mapping(uint256 epoch => uint256) public epochProposedAt;
+    mapping(uint256 epoch => uint256) public epochActivatedAt;
+    /// The pending proposal, if any.
+    bool public havePending;
+    uint256[] internal pendingPks;
+    uint256 public pendingThreshold;
+    uint256 public pendingProposedAt;
+    /// The epoch current when the handler opened each challenge, and the epoch whose valid
+    /// quorum (by the handler's own oracle) closed it with a verdict (0: none).
+    mapping(uint256 id => uint256) public ghostChallengeEpoch;
+    mapping(uint256 id => uint256) public ghostVerdictEpoch;
+    /// Must stay 0: an activation before refereeSetDelay had passed since its proposal; a
+    /// challenge that snapshotted another epoch than the current one.
+    uint256 public ghostEarlyActivation;
+    uint256 public ghostEpochMismatch;
+    uint256 public proposals;
+    uint256 public replacedProposals;
+    uint256 public cancellations;
+    uint256 public activations;
+    uint256 public staleEpochResolves; // a challenge decided by its epoch after a newer one activated
+    uint256 public otherEpochQuorumsRejected;
+
+    /// `poolPks_` sorted by address; epoch 1 (the bond's constructor set) is its first `n1` keys
+    /// with threshold `threshold1`.
+    constructor(SpecmarketBond bond_, address owner_, uint256[] memory poolPks_, uint256 n1, uint256 threshold1) {
         bond = bond_;
         owner = owner_;
         treasury = bond_.treasury();
-        for (uint256 i; i < refPks_.length; ++i) {
-            refPks.push(refPks_[i]);
-            refAddrs.push(vm.addr(refPks_[i]));
+        for (uint256 i; i < poolPks_.length; ++i) {
+            poolPks.push(poolPks_[i]);
+            poolAddrs.push(vm.addr(poolPks_[i]));
+            if (i < n1) epochPks[1].push(poolPks_[i]);
         }
+        ghostEpoch = 1;
+        epochThreshold[1] = threshold1;
         for (uint256 i; i < 3; ++i) {
             uint256 pk = 0xB000 + i;
             opPks.push(pk);
@@ -74,6 +109,22 @@ contract BondHandler is BondHelpers {
 
     function challengeCount() external view returns (uint256) {
         return challengeIds.length;
+    }
+
+    /// Epoch `e`'s referee addresses as the handler proposed them (ascending).
+    function epochMembers(uint256 e) public returns (address[] memory a) {
+        uint256[] memory pks = epochPks[e];
+        a = new address[](pks.length);
+        for (uint256 i; i < pks.length; ++i) {
+            a[i] = vm.addr(pks[i]);
+        }
+    }
+
+    function pendingMembers() external returns (address[] memory a) {
+        a = new address[](pendingPks.length);
+        for (uint256 i; i < pendingPks.length; ++i) {
+            a[i] = vm.addr(pendingPks[i]);
+        }
     }
 
     /// Every address that can hold a credit: operators, challengers (also the reporters) and the treasury.
@@ -153,9 +204,19 @@ contract BondHandler is BondHelpers {
     }
 
     /// Half of the time like a careful leaving operator: first refunds its own expired challenges
-    /// (only timely ones can still block it); otherwise tries with whatever is still open.
+    /// (only timely ones can still block it); otherwise tries with whatever is still open. Three
+    /// calls in four go to an operator past its `unbondAt` if there is one (scanning from a random
+    /// index), so that withdrawals meet open challenges.
     function withdrawBond(uint256 opSeed) external {
-        address op = operators[opSeed % operators.length];
+        uint256 k = opSeed % operators.length;
+        for (uint256 i; i < operators.length && (opSeed >> 64) % 4 != 0; ++i) {
+            (bool registered,, uint256 unbondAt,) = _info(operators[(k + i) % operators.length]);
+            if (registered && unbondAt != 0 && block.timestamp >= unbondAt) {
+                k = (k + i) % operators.length;
+                break;
+            }
+        }
+        address op = operators[k];
         for (uint256 i; i < challengeIds.length && (opSeed >> 128) % 2 == 0; ++i) {
             SpecmarketBond.Challenge memory c = bond.getChallenge(challengeIds[i]);
             if (
@@ -236,96 +297,218 @@ contract BondHandler is BondHelpers {
             ghostDeposited += cb;
             opened = true;
             if (!expectOk) ++ghostValidCallRejected; // accepted what it had to refuse
+            ghostChallengeEpoch[id] = ghostEpoch;
+            if (bond.getChallenge(id).refereeEpoch != ghostEpoch) ++ghostEpochMismatch;
         } catch {
             if (expectOk) ++ghostValidCallRejected;
         }
     }
 
-    /// mode 0: a valid quorum (a random subset of at least M current referees, ascending);
-    /// 1: below threshold; 2: a repeated signer; 3: an outsider in the set; 4: descending order;
-    /// 5: a quorum that signed the opposite verdict; 6: a quorum that signed another challenge.
+    /// What a set of verdict signatures was signed over.
+    struct Signed {
+        uint256 id;
+        bytes32 receiptDigest;
+        uint32 position;
+        address challenger;
+        bool fault;
+    }
+
+    /// mode 0: a valid quorum (a random subset of at least M referees of the challenge's epoch,
+    /// ascending); 1: below threshold; 2: a repeated signer; 3: an outsider in the set;
+    /// 4: descending order; 5: a quorum that signed the opposite verdict; 6: a quorum that signed
+    /// another challenge's id, receipt digest, position or challenger; 7: a quorum of another
+    /// epoch. Whether the set must be accepted is decided by the handler's own oracle
+    /// (`_isQuorum` over its ghost epochs, and the signed fields), not by the mode.
     function resolve(uint256 idSeed, bool fault, uint256 mode, uint256 subsetSeed) external {
         if (challengeIds.length == 0) return;
         uint256 id = _pickChallenge(idSeed, true);
         SpecmarketBond.Challenge memory c = bond.getChallenge(id);
-        mode = mode % 12;
-        if (mode > 6) mode = 0; // half of the attempts carry a valid quorum
-
-        uint256[] memory current = _currentRefPks();
-        uint256 m = bond.threshold();
-        uint256[] memory pks;
-        bool signedFault = fault;
-        uint256 signedId = id;
-        if (mode == 0) {
-            pks = _subset(current, m, subsetSeed);
-        } else if (mode == 1) {
-            pks = _prefix(current, m - 1);
-        } else if (mode == 2) {
-            pks = _prefix(current, m);
-            uint256[] memory d = new uint256[](m + 1);
-            for (uint256 i; i < m; ++i) {
-                d[i] = pks[i];
-            }
-            d[m] = pks[m - 1]; // repeated at the end: not strictly ascending
-            pks = d;
-        } else if (mode == 3) {
-            pks = _prefix(current, m);
-            pks[m - 1] = OUTSIDER_PK;
-            pks = TestUtils.sortByAddress(pks);
-        } else if (mode == 4) {
-            pks = _prefix(current, m);
-            if (m == 1) {
-                pks = new uint256[](2);
-                (pks[0], pks[1]) = (current[0], current[0]);
-            } else {
-                for (uint256 i; i < m / 2; ++i) {
-                    (pks[i], pks[m - 1 - i]) = (pks[m - 1 - i], pks[i]);
-                }
-            }
-        } else if (mode == 5) {
-            pks = _subset(current, m, subsetSeed);
-            signedFault = !fault;
-        } else {
-            pks = _subset(current, m, subsetSeed);
-            signedId = id + 1 + subsetSeed % 3;
-        }
-        bytes[] memory sigs = _verdictSigs(bond, signedId, signedFault, pks);
+        mode = mode % 16;
+        if (mode > 7) mode = 0; // half of the attempts carry a valid quorum
+        uint256 e = ghostChallengeEpoch[id];
+        Signed memory v = Signed(id, c.receiptDigest, c.position, c.challenger, fault);
+        uint256[] memory pks = _signers(e, mode, subsetSeed);
+        if (mode == 5) v.fault = !fault;
+        if (mode == 6) _mismatch(v, subsetSeed);
+        bytes[] memory sigs =
+            _signDigest(bond.verdictDigest(v.id, v.receiptDigest, v.position, v.challenger, v.fault), pks);
+        bool valid = mode < 5 || mode == 7 ? _isQuorum(pks, e) : false;
 
         bool timely = block.timestamp <= uint256(c.createdAt) + bond.resolveTimeout();
         bool open = c.status == SpecmarketBond.ChallengeStatus.Open;
         try bond.resolve(id, fault, sigs) {
-            if (mode != 0) {
+            if (!valid) {
                 ++ghostBadResolveAccepted;
                 return;
             }
             if (!open || !timely) ++ghostValidCallRejected; // accepted what it had to refuse
-            if (!fault) ++clearedChallenges;
-            if (fault && !ghostReceiptSlashed[c.receiptDigest]) {
-                ghostReceiptSlashed[c.receiptDigest] = true;
-                _ghostSlash(c.operator);
-                ++slashesByQuorum;
-                _resolvePileOn(id, c.receiptDigest, subsetSeed);
-            } else if (fault) {
-                ++repeatFaults; // the challenger gets its bond back; the bond is not slashed again
-            }
+            _recordVerdict(id, c, e, fault, subsetSeed);
         } catch {
-            if (mode == 0 && open && timely) ++ghostValidCallRejected;
-            if (mode != 0 && open && timely) ++badResolvesRejected;
+            if (valid && open && timely) ++ghostValidCallRejected;
+            if (!valid && open && timely) {
+                ++badResolvesRejected;
+                if (mode == 7) ++otherEpochQuorumsRejected;
+            }
         }
     }
 
-    /// Right after a receipt is found at fault, a valid quorum finds another open challenge on the
-    /// same receipt (a pile-on) at fault too: that challenger is refunded, the bond is not slashed
-    /// again (the ghost bond doesn't move).
+    /// The ghost effects of a verdict by a valid quorum of epoch `e` on challenge `id` (`c`).
+    function _recordVerdict(uint256 id, SpecmarketBond.Challenge memory c, uint256 e, bool fault, uint256 seed)
+        internal
+    {
+        ghostVerdictEpoch[id] = e;
+        if (e < ghostEpoch) ++staleEpochResolves;
+        if (!fault) ++clearedChallenges;
+        if (fault && !ghostReceiptSlashed[c.receiptDigest]) {
+            ghostReceiptSlashed[c.receiptDigest] = true;
+            _ghostSlash(c.operator);
+            ++slashesByQuorum;
+            _resolvePileOn(id, c.receiptDigest, seed);
+        } else if (fault) {
+            ++repeatFaults; // the challenger gets its bond back; the bond is not slashed again
+        }
+    }
+
+    /// Right after an activation, one open, resolvable challenge of an older epoch (if any) is
+    /// tried with a quorum of the new epoch (refused unless it is also a quorum of the
+    /// challenge's own epoch), then with a quorum of its own epoch (accepted).
+    function _resolveStale(uint256 seed) internal {
+        for (uint256 i; i < challengeIds.length; ++i) {
+            uint256 id = challengeIds[i];
+            SpecmarketBond.Challenge memory c = bond.getChallenge(id);
+            uint256 e = ghostChallengeEpoch[id];
+            bool open = c.status == SpecmarketBond.ChallengeStatus.Open;
+            if (!open || e == ghostEpoch || block.timestamp > uint256(c.createdAt) + bond.resolveTimeout()) continue;
+            bool fault = seed % 2 == 0;
+            uint256[] memory pks = _subset(epochPks[ghostEpoch], epochThreshold[ghostEpoch], seed >> 1);
+            bool valid = _isQuorum(pks, e);
+            try bond.resolve(id, fault, _verdictSigs(bond, id, fault, pks)) {
+                if (valid) _recordVerdict(id, c, e, fault, seed);
+                else ++ghostBadResolveAccepted;
+                return;
+            } catch {
+                if (valid) ++ghostValidCallRejected;
+                else ++otherEpochQuorumsRejected;
+            }
+            pks = _subset(epochPks[e], epochThreshold[e], seed >> 8);
+            try bond.resolve(id, fault, _verdictSigs(bond, id, fault, pks)) {
+                _recordVerdict(id, c, e, fault, seed);
+            } catch {
+                ++ghostValidCallRejected;
+            }
+            return;
+        }
+    }
+
+    /// The signer keys of a `resolve` attempt in `mode` (see there) on a challenge of epoch `e`.
+    function _signers(uint256 e, uint256 mode, uint256 seed) internal returns (uint256[] memory pks) {
+        uint256[] memory set = epochPks[e];
+        uint256 m = epochThreshold[e];
+        if (mode == 0 || mode == 5 || mode == 6) return _subset(set, m, seed);
+        if (mode == 1) return _prefix(set, m - 1);
+        if (mode == 2) {
+            pks = new uint256[](m + 1);
+            for (uint256 i; i < m; ++i) {
+                pks[i] = set[i];
+            }
+            pks[m] = set[m - 1]; // repeated at the end: not strictly ascending
+            return pks;
+        }
+        if (mode == 3) {
+            // a pool key outside this epoch (maybe a member of another epoch or of a cancelled
+            // proposal), or a key that was never in any set
+            pks = _prefix(set, m);
+            pks[m - 1] = OUTSIDER_PK;
+            for (uint256 i; i < poolPks.length && seed % 2 == 0; ++i) {
+                uint256 k = poolPks[(seed / 2 + i) % poolPks.length];
+                if (!_inSet(set, k)) {
+                    pks[m - 1] = k;
+                    break;
+                }
+            }
+            return TestUtils.sortByAddress(pks);
+        }
+        if (mode == 4) {
+            if (m == 1) {
+                pks = new uint256[](2);
+                (pks[0], pks[1]) = (set[0], set[0]);
+                return pks;
+            }
+            pks = _prefix(set, m);
+            for (uint256 i; i < m / 2; ++i) {
+                (pks[i], pks[m - 1 - i]) = (pks[m - 1 - i], pks[i]);
+            }
+            return pks;
+        }
+        // mode 7: a quorum of another epoch (of this one if it is the only epoch)
+        uint256 other = 1 + seed % ghostEpoch;
+        if (other == e) other = e % ghostEpoch + 1;
+        return _subset(epochPks[other], epochThreshold[other], seed >> 8);
+    }
+
+    /// Changes one of the verdict's fields: the id, the receipt digest, the position or the challenger.
+    function _mismatch(Signed memory v, uint256 seed) internal pure {
+        uint256 which = (seed >> 16) % 4;
+        if (which == 0) v.id += 1 + seed % 3;
+        else if (which == 1) v.receiptDigest = bytes32(uint256(v.receiptDigest) ^ (1 + seed % 255));
+        else if (which == 2) v.position += uint32(1 + seed % 7); // wraps at 2^32: still another position
+        else v.challenger = address(uint160(v.challenger) ^ uint160(1 + seed % 255));
+    }
+
+    /// The oracle: `pks` are strictly ascending by address, all referees of ghost epoch `e`, and at
+    /// least its threshold.
+    function _isQuorum(uint256[] memory pks, uint256 e) internal returns (bool) {
+        if (pks.length < epochThreshold[e]) return false;
+        uint256[] memory set = epochPks[e];
+        address previous;
+        for (uint256 i; i < pks.length; ++i) {
+            address a = vm.addr(pks[i]);
+            if (a <= previous) return false;
+            if (!_inSet(set, pks[i])) return false;
+            previous = a;
+        }
+        return true;
+    }
+
+    function _inSet(uint256[] memory set, uint256 pk) internal pure returns (bool) {
+        for (uint256 j; j < set.length; ++j) {
+            if (set[j] == pk) return true;
+        }
+        return false;
+    }
+
+    /// Whether pool address `a` is a member of ghost epoch `e`.
+    function ghostIsMember(uint256 e, address a) external returns (bool) {
+        uint256[] memory set = epochPks[e];
+        for (uint256 j; j < set.length; ++j) {
+            if (vm.addr(set[j]) == a) return true;
+        }
+        return false;
+    }
+
+    function poolSize() external view returns (uint256) {
+        return poolAddrs.length;
+    }
+
+    function poolAddr(uint256 i) external view returns (address) {
+        return poolAddrs[i];
+    }
+
+    /// Right after a receipt is found at fault, a valid quorum of its own epoch finds another open
+    /// challenge on the same receipt (a pile-on) at fault too: that challenger is refunded, the
+    /// bond is not slashed again (the ghost bond doesn't move).
     function _resolvePileOn(uint256 id, bytes32 digest, uint256 subsetSeed) internal {
         for (uint256 i; i < challengeIds.length; ++i) {
             uint256 other = challengeIds[i];
             SpecmarketBond.Challenge memory c = bond.getChallenge(other);
             if (other == id || c.receiptDigest != digest || c.status != SpecmarketBond.ChallengeStatus.Open) continue;
             if (block.timestamp > uint256(c.createdAt) + bond.resolveTimeout()) continue;
-            uint256[] memory pks = _subset(_currentRefPks(), bond.threshold(), subsetSeed);
+            uint256 e = ghostChallengeEpoch[other];
+            uint256[] memory pks = _subset(epochPks[e], epochThreshold[e], subsetSeed);
             try bond.resolve(other, true, _verdictSigs(bond, other, true, pks)) {
                 ++repeatFaults;
+                ghostVerdictEpoch[other] = e;
+                if (e < ghostEpoch) ++staleEpochResolves;
             } catch {
                 ++ghostValidCallRejected;
             }
@@ -418,9 +601,14 @@ contract BondHandler is BondHelpers {
         vm.warp(block.timestamp + dt);
     }
 
-    /// The earliest deadline still ahead (0 if none): an operator's `unbondAt`, or an open
-    /// challenge's last resolvable second (`+ 1` for odd `seed`: its first refundable second).
+    /// The earliest deadline still ahead (0 if none): an operator's `unbondAt`, an open
+    /// challenge's last resolvable second (`+ 1` for odd `seed`: its first refundable second), or
+    /// the pending referee set's eta (`- 1` for odd `seed`: its last second not yet activatable).
     function _nextDeadline(uint256 seed) internal view returns (uint256 next) {
+        if (havePending) {
+            uint256 eta = pendingProposedAt + bond.refereeSetDelay() - seed % 2;
+            if (eta > block.timestamp) next = eta;
+        }
         for (uint256 i; i < operators.length; ++i) {
             (,, uint256 unbondAt,) = _info(operators[i]);
             if (unbondAt > block.timestamp && (next == 0 || unbondAt < next)) next = unbondAt;
@@ -434,10 +622,96 @@ contract BondHandler is BondHelpers {
         }
     }
 
-    function setThreshold(uint256 m) external {
-        m = bound(m, 1, bond.refereeCount());
+    // ---- referee sets (the owner proposes and cancels; anyone activates) ------------------------
+
+    /// The owner proposes a set of pool keys chosen by `seed`; kinds 0-4 of `(seed >> 128) % 16`
+    /// are invalid (threshold 0, threshold above the count, a repeated member, the zero address,
+    /// more than MAX_REFEREES members), the rest valid. While a proposal is pending, one call in
+    /// two leaves it alone, so proposals live long enough to be activated.
+    function proposeRefereeSet(uint256 seed) external {
+        seed = uint256(keccak256(abi.encode(seed))); // the fuzzer's dictionary values are mostly small
+        if (havePending && seed % 2 != 0) return;
+        uint256[] memory pks = _subset(poolPks, 1, seed >> 8);
+        uint256 n = pks.length;
+        uint256 t = 1 + (seed >> 64) % n;
+        uint256 kind = (seed >> 128) % 16;
+        address[] memory members = new address[](kind == 2 || kind == 3 ? n + 1 : kind == 4 ? MAX_REFEREES + 1 : n);
+        for (uint256 i; i < members.length; ++i) {
+            members[i] = i < n ? vm.addr(pks[i]) : address(uint160(0xF000 + i));
+        }
+        if (kind == 0) t = 0;
+        else if (kind == 1) t = n + 1;
+        else if (kind == 2) members[n] = members[0];
+        else if (kind == 3) members[n] = address(0);
+        if ((seed >> 192) % 2 == 1) _reverse(members); // the order of members doesn't matter
+        bool valid = kind > 4;
+
         vm.prank(owner);
-        bond.setThreshold(m);
+        try bond.proposeRefereeSet(members, t) returns (uint256 eta) {
+            if (!valid) {
+                ++ghostValidCallRejected; // accepted what it had to refuse
+                return;
+            }
+            if (eta != block.timestamp + bond.refereeSetDelay()) ++ghostValidCallRejected;
+            if (havePending) ++replacedProposals;
+            (havePending, pendingPks, pendingThreshold, pendingProposedAt) = (true, pks, t, block.timestamp);
+            ++proposals;
+        } catch {
+            if (valid) ++ghostValidCallRejected;
+        }
+    }
+
+    /// The owner cancels the pending proposal (one call in four while there is one, so that most
+    /// proposals live to be activated; always when there is none, which must revert).
+    function cancelRefereeSet(uint256 seed) external {
+        seed = uint256(keccak256(abi.encode(seed)));
+        if (havePending && seed % 4 != 0) return;
+        vm.prank(owner);
+        try bond.cancelRefereeSet() {
+            if (!havePending) ++ghostValidCallRejected;
+            havePending = false;
+            ++cancellations;
+        } catch {
+            if (havePending) ++ghostValidCallRejected;
+        }
+    }
+
+    /// Anyone activates the pending proposal; allowed iff one is pending and refereeSetDelay has
+    /// passed since it was proposed (by the handler's own clock). First, by `(callerSeed >> 64) % 8`:
+    /// 1-4 warp to the pending eta (or one second before it) if it is at most resolveTimeout
+    /// ahead, so challenges opened now are still open when the new epoch activates; 0 warps there
+    /// from however far; 5-7 don't warp. So activations, and challenges decided by their epoch
+    /// after a newer one activated, are common.
+    function activateRefereeSet(uint256 callerSeed) external {
+        callerSeed = uint256(keccak256(abi.encode(callerSeed)));
+        uint256 jump = (callerSeed >> 64) % 8;
+        if (havePending && jump < 5) {
+            uint256 target = pendingProposedAt + bond.refereeSetDelay() - (callerSeed >> 67) % 2;
+            bool near = target <= block.timestamp + bond.resolveTimeout();
+            if (target > block.timestamp && (jump == 0 || near)) vm.warp(target);
+        }
+        bool allowed = havePending && block.timestamp >= pendingProposedAt + bond.refereeSetDelay();
+        vm.prank(challengers[callerSeed % challengers.length]);
+        try bond.activateRefereeSet() {
+            if (!allowed) {
+                ++ghostEarlyActivation;
+                return;
+            }
+            uint256 e = ++ghostEpoch;
+            (epochPks[e], epochThreshold[e]) = (pendingPks, pendingThreshold);
+            (epochProposedAt[e], epochActivatedAt[e]) = (pendingProposedAt, block.timestamp);
+            havePending = false;
+            ++activations;
+            _resolveStale(callerSeed >> 128);
+        } catch {
+            if (allowed) ++ghostValidCallRejected;
+        }
+    }
+
+    function _reverse(address[] memory a) internal pure {
+        for (uint256 i; i < a.length / 2; ++i) {
+            (a[i], a[a.length - 1 - i]) = (a[a.length - 1 - i], a[i]);
+        }
     }
 
     /// Scanning from a random index, the first challenge that is open and still resolvable
@@ -456,19 +730,7 @@ contract BondHandler is BondHelpers {
         return challengeIds[start];
     }
 
-    // ---- referee sets ----------------------------------------------------------------------
-
-    function _currentRefPks() internal view returns (uint256[] memory out) {
-        uint256 n;
-        for (uint256 i; i < refPks.length; ++i) {
-            if (bond.isReferee(refAddrs[i])) ++n;
-        }
-        out = new uint256[](n);
-        uint256 k;
-        for (uint256 i; i < refPks.length; ++i) {
-            if (bond.isReferee(refAddrs[i])) out[k++] = refPks[i];
-        }
-    }
+    // ---- key subsets -----------------------------------------------------------------------
 
     function _prefix(uint256[] memory sorted, uint256 n) internal pure returns (uint256[] memory out) {
         out = new uint256[](n);

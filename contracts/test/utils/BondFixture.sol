@@ -97,11 +97,42 @@ abstract contract BondHelpers is TestBase {
         });
     }
 
+    /// @dev Verdict signatures by `pks` on challenge `id` as `b` stores it (an unused id's fields
+    ///      are all zero).
     function _verdictSigs(SpecmarketBond b, uint256 id, bool fault, uint256[] memory pks)
         internal
         returns (bytes[] memory sigs)
     {
-        bytes32 digest = b.verdictDigest(id, fault);
+        SpecmarketBond.Challenge memory c = b.getChallenge(id);
+        return _signDigest(b.verdictDigest(id, c.receiptDigest, c.position, c.challenger, fault), pks);
+    }
+
+    /// @dev The EIP-712 verdict digest, written independently of the contract.
+    function _refVerdictDigest(
+        SpecmarketBond b,
+        uint256 id,
+        bytes32 receiptDigest,
+        uint32 position,
+        address challenger_,
+        bool fault
+    ) internal view returns (bytes32) {
+        bytes32 typehash = keccak256(
+            "Verdict(uint256 challengeId,bytes32 receiptDigest,uint32 position,address challenger,bool operatorAtFault)"
+        );
+        bytes32 structHash = keccak256(
+            bytes.concat(
+                typehash,
+                bytes32(id),
+                receiptDigest,
+                bytes32(uint256(position)),
+                bytes32(uint256(uint160(challenger_))),
+                bytes32(uint256(fault ? 1 : 0))
+            )
+        );
+        return keccak256(abi.encodePacked("\x19\x01", b.domainSeparator(), structHash));
+    }
+
+    function _signDigest(bytes32 digest, uint256[] memory pks) internal returns (bytes[] memory sigs) {
         sigs = new bytes[](pks.length);
         for (uint256 i; i < pks.length; ++i) {
             sigs[i] = TestUtils.sign(pks[i], digest);
@@ -120,6 +151,7 @@ abstract contract BondFixture is BondHelpers {
     uint256 internal constant CHALLENGER_BOND = 0.1 ether;
     uint256 internal constant SLASH_AMOUNT = 0.5 ether;
     uint256 internal constant REWARD_BPS = 5_000;
+    uint256 internal constant REFEREE_SET_DELAY = 8 days; // > UNBONDING_DELAY
 
     address internal owner = address(0x0A11CE);
     address internal treasury = address(0x7EA5);
@@ -147,7 +179,8 @@ abstract contract BondFixture is BondHelpers {
             resolveTimeout: RESOLVE_TIMEOUT,
             slashAmount: SLASH_AMOUNT,
             challengerRewardBps: REWARD_BPS,
-            treasury: treasury
+            treasury: treasury,
+            refereeSetDelay: REFEREE_SET_DELAY
         });
     }
 
@@ -206,6 +239,17 @@ abstract contract BondFixture is BondHelpers {
             pks[i] = refPks[i];
         }
         return _verdictSigs(bond, id, fault, pks);
+    }
+
+    // -- referee epochs ---------------------------------------------------------------------
+
+    /// @dev The owner proposes `members` with threshold `m`; the delay passes; anyone activates.
+    function _activateSet(address[] memory members, uint256 m) internal returns (uint256 epoch) {
+        vm.prank(owner);
+        uint256 eta = bond.proposeRefereeSet(members, m);
+        vm.warp(eta);
+        bond.activateRefereeSet();
+        epoch = bond.refereeEpoch();
     }
 
     // -- operators --------------------------------------------------------------------------

@@ -18,6 +18,8 @@ interface VmExtra {
     function envOr(string calldata name, uint256 defaultValue) external view returns (uint256);
     function envOr(string calldata name, address defaultValue) external view returns (address);
     function startBroadcast(uint256 privateKey) external;
+    function snapshotState() external returns (uint256 snapshotId);
+    function revertToState(uint256 snapshotId) external returns (bool success);
 }
 
 /// @dev Where forge's cheatcodes live.
@@ -92,6 +94,10 @@ abstract contract TestBase {
 
     function assertEq(bool a, bool b, string memory err) internal pure {
         vmx.assertEq(a, b, err);
+    }
+
+    function assertGe(uint256 a, uint256 b, string memory err) internal pure {
+        vmx.assertGe(a, b, err);
     }
 
     /// @dev Maps x into [min, max] (inclusive), keeping small values as they are where possible.

@@ -1,0 +1,84 @@
+"""What a client checks before it trusts an answer's receipt (``specmarket ask``).
+
+A receipt is worth something only if a challenge could hold the operator to it. So besides the
+signature and hashes (``SignedReceipt.check``), the client checks that the receipt:
+
+- covers exactly the tokens received;
+- commits to the request the client made: its own tokenization of the prompt (or of the chat),
+  the sampling parameters and max tokens it asked, and its seed (an operator could otherwise
+  answer a cheaper request honestly, a shorter prompt or fewer tokens, and sign that);
+- was signed in the domain of the deployment the client trusts (chain id and contract);
+- names an operator that is registered and active there, bonded for the model the client expects;
+- is fresh on the chain's clock (issued at most ``RECEIPT_FRESH_S`` ago, not in the future), so
+  nearly its whole challenge window is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from node.chain.client import BondClient
+from node.chain.receipts import RECEIPT_FRESH_S, Domain, ReceiptError, RequestSpec, SignedReceipt
+from verifier.params import SamplingParams
+
+CLOCK_SLACK_S = 60  # a receipt stamped up to this far in the chain's future is still accepted
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The request as the client made it (``seed`` None: the target drew one)."""
+
+    prompt: tuple[int, ...]
+    params: SamplingParams
+    seed: int | None
+    max_tokens: int
+
+
+def check_covers(signed: SignedReceipt, asked: Asked, tokens: list[int]) -> None:
+    """The receipt covers the tokens received and commits to the request made; else ReceiptError."""
+    if list(signed.output) != list(tokens):
+        raise ReceiptError("the receipt does not cover the tokens received")
+    seed = signed.request.seed if asked.seed is None else asked.seed
+    expected = RequestSpec.build(asked.prompt, asked.params, seed, asked.max_tokens)
+    if expected.hash() == signed.receipt.request_hash:
+        return
+    differ = [f.name for f in fields(RequestSpec) if getattr(expected, f.name) != getattr(signed.request, f.name)]
+    shown = ", ".join(
+        f"{name} {getattr(signed.request, name)!r} (asked {getattr(expected, name)!r})"
+        if name != "prompt"
+        else f"a prompt of {len(signed.request.prompt)} tokens (asked {len(expected.prompt)})"
+        for name in differ
+    )
+    raise ReceiptError(f"the receipt is for another request than the one made: it names {shown or 'other values'}")
+
+
+def check_on_chain(signed: SignedReceipt, client: BondClient, model_hash: bytes) -> None:
+    """The receipt's domain, operator and freshness, against the deployment ``client`` reaches."""
+    expected = Domain(client.domain.chain_id, client.address)
+    if signed.domain != expected:
+        raise ReceiptError(
+            f"the receipt was signed for chain {signed.domain.chain_id} contract {signed.domain.contract}, not the "
+            f"deployment this client trusts (chain {expected.chain_id} contract {expected.contract})"
+        )
+    r = signed.receipt
+    if r.model_hash != model_hash:
+        raise ReceiptError(f"the receipt is for model 0x{r.model_hash.hex()}, not the expected 0x{model_hash.hex()}")
+    info = client.operator_info(r.operator)
+    if not info.active or info.model_hash != model_hash:
+        state = "bonded for another model"
+        if not info.registered or info.unbond_at:
+            state = "unbonding" if info.registered else "not registered"
+        raise ReceiptError(f"operator {r.operator} is {state} on chain: nobody could hold it to this receipt")
+    now = chain_now(client)
+    if r.issued_at > now + CLOCK_SLACK_S:
+        raise ReceiptError(f"the receipt is stamped {r.issued_at - now} s in the chain's future")
+    if now - r.issued_at > RECEIPT_FRESH_S:
+        raise ReceiptError(
+            f"the receipt was issued {now - r.issued_at} s ago on the chain's clock (at most {RECEIPT_FRESH_S} s "
+            "is accepted): its challenge window is running out"
+        )
+
+
+def chain_now(client: BondClient) -> int:
+    """The chain's time: the pending block's timestamp (what a challenge is checked against)."""
+    return int(client.w3.eth.get_block("pending")["timestamp"])

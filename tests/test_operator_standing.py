@@ -1,0 +1,191 @@
+"""An operator signs only while the chain says it may, on the chain's clock, and never with a
+receipt store that cannot keep it from equivocating (issue: hardening), against a real anvil.
+
+Before: a slashed, unbonding or chain-less operator kept signing receipts as if nothing had
+happened; receipts were stamped with the node's clock, and a replayed answer handed out its old
+receipt even after its challenge window had run out; a node with a lost receipt store (or a
+second node on the same store) could sign a second, different receipt for a request.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import trio
+from chainutil import chain_now, deployed_chain, request, sign_raw, warp
+from eth_account import Account
+from httputil import post_json, serving
+from httputil import request as http_request
+
+from node.chain.anvil import AnvilProcess, free_port
+from node.chain.client import BondClient, connect, deploy
+from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
+from node.chain.operator import Operator, OperatorConfig, open_operator
+from node.chain.receipts import RECEIPT_FRESH_S
+from node.chain.standing import NotServing, StandingWatch
+from node.chain.store import StoreError, open_store
+from node.models import TINY_TARGET, model_hash
+from node.target.engine import CompletionRequest, Engine
+from node.target.http_api import build_app
+
+FAST_POLL_S = 0.2
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """A chain of this module's own: tests move its clock."""
+    with deployed_chain(tmp_path_factory.mktemp("standing-chain")) as chain:
+        yield chain
+
+
+def _operator(chain, tmp_path, committed: bytes = b"\x42" * 32) -> tuple[Operator, bytes]:
+    """A bonded operator with its standing watched (the way a target node runs one)."""
+    key = bytes(Account.create().key)
+    address = Account.from_key(key).address
+    store = open_store(tmp_path / f"r-{address}.sqlite", address, chain.client.domain, registered=False)
+    operator = Operator(chain.client, key, committed, store)
+    operator.ensure_bonded()
+    operator.watch = StandingWatch(chain.client, address, committed, poll_s=FAST_POLL_S)
+    return operator, key
+
+
+def test_a_slashed_operator_stops_signing_reverts(chain, tmp_path):
+    operator, key = _operator(chain, tmp_path)
+    operator.sign(request(seed=1), (1, 2))
+    spec = request(seed=2)
+    chain.client.slash_equivocation(
+        dev_key(7),
+        sign_raw(key, chain, spec, (1,), operator.model_hash),
+        sign_raw(key, chain, spec, (2,), operator.model_hash),
+    )
+    standing = operator.watch.check()
+    assert not standing.serving and "slashed" in standing.reason
+    with pytest.raises(NotServing, match="slashed"):
+        operator.sign(request(seed=3), (1, 2))
+    assert operator.describe()["serving"] is False and "slashed" in operator.describe()["reason"]
+    operator.ensure_bonded()  # topping the bond up does not make the node forget the slash
+    assert not operator.watch.check().serving
+    operator.close()
+
+
+def test_an_unbonding_operator_stops_signing_reverts(chain, tmp_path):
+    operator, key = _operator(chain, tmp_path)
+    chain.client.send(key, "requestUnbond")
+    assert "unbonding" in operator.watch.check().reason
+    with pytest.raises(NotServing, match="unbonding"):
+        operator.sign(request(seed=4), (1,))
+    operator.close()
+
+
+def test_an_operator_without_a_chain_stops_signing_reverts(tmp_path):
+    with AnvilProcess(free_port()) as anvil:
+        w3 = connect(anvil.url)
+        referees = [dev_address(i) for i in DEV_REFEREES]
+        deployment, _ = deploy(w3, dev_key(DEV_DEPLOYER), BondConfig(), referees, DEFAULT_THRESHOLD)
+        client = BondClient(w3, deployment.address)
+        key = bytes(Account.create().key)
+        address = Account.from_key(key).address
+        operator = Operator(
+            client, key, b"\x42" * 32, open_store(tmp_path / "r.sqlite", address, client.domain, registered=False)
+        )
+        operator.ensure_bonded()
+        operator.watch = StandingWatch(client, address, b"\x42" * 32, poll_s=FAST_POLL_S)
+        operator.sign(request(seed=5), (1,))
+    standing = operator.watch.check()  # anvil is gone
+    assert not standing.serving and "does not answer" in standing.reason
+    with pytest.raises(NotServing, match="does not answer"):
+        operator.sign(request(seed=6), (1,))
+    operator.close()
+
+
+def test_receipts_use_the_chain_clock_and_replays_are_re_signed_when_old_succeeds(chain, tmp_path):
+    operator, _ = _operator(chain, tmp_path)
+    warp(chain, 2 * RECEIPT_FRESH_S)  # the chain's clock now runs ahead of this machine's
+    operator.watch.check()
+    first = operator.sign(request(seed=7), (3, 4))
+    assert abs(first.receipt.issued_at - chain_now(chain)) <= 2  # chain time, not local time
+    warp(chain, RECEIPT_FRESH_S + 10)
+    operator.watch.check()
+    replayed = operator.sign(request(seed=7), (3, 5))  # e.g. float noise: the stored answer stands
+    assert replayed.output == first.output and replayed.receipt.output_hash == first.receipt.output_hash
+    assert replayed.receipt.issued_at >= first.receipt.issued_at + RECEIPT_FRESH_S  # fresh: challengeable
+    replayed.check()
+    assert operator.lookup(request(seed=7)) == replayed  # stored: the next replay within the window reuses it
+    operator.close()
+
+
+def test_a_node_that_may_not_sign_refuses_jobs_with_503_succeeds(chain, pair, tmp_path):
+    operator, key = _operator(chain, tmp_path, model_hash(TINY_TARGET))
+    engine = Engine(pair, model_name="t", gamma=4, operator=operator)
+    with serving({"bonded": build_app(engine, lambda: {"operator": operator.describe()})}) as urls:
+        ok, _ = post_json(urls["bonded"], {"prompt": "x =", "max_tokens": 2, "seed": 1})
+        assert ok == 200
+        chain.client.send(key, "requestUnbond")
+        operator.watch.check()
+        status, body = post_json(urls["bonded"], {"prompt": "x =", "max_tokens": 2, "seed": 2})
+        assert status == 503 and "unbonding" in body["error"]["message"]
+        _, _, health = http_request(urls["bonded"], "GET", "/health")
+        assert b'"serving":false' in health.replace(b" ", b"") and b"unbonding" in health
+    assert engine.counters.snapshot()["active_jobs"] == 0
+    operator.close()
+
+
+# --- the receipt store ------------------------------------------------------------------------
+
+
+def test_a_registered_key_with_a_missing_store_is_refused_before_any_transaction_reverts(chain, tmp_path):
+    operator, key = _operator(chain, tmp_path)
+    operator.close()
+    key_file = tmp_path / "operator.key"
+    key_file.write_text(key.hex())
+    cfg = OperatorConfig(chain.rpc, chain.deployments, key_file)
+    block = chain.client.w3.eth.block_number
+    with pytest.raises(StoreError, match=r"receipt store .* is missing"):
+        open_operator(cfg, TINY_TARGET, tmp_path / "fresh-data-dir")
+    assert chain.client.w3.eth.block_number == block  # nothing was sent
+
+
+def test_a_store_is_held_by_one_process_and_names_its_owner_reverts(chain, tmp_path):
+    address, other = Account.create().address, Account.create().address
+    path = tmp_path / "receipts.sqlite"
+    first = open_store(path, address, chain.client.domain, registered=False)
+    with pytest.raises(StoreError, match="another process"):
+        open_store(path, address, chain.client.domain, registered=True)
+    nonce = first.nonce
+    first.close()
+    again = open_store(path, address, chain.client.domain, registered=True)  # the same store, after a restart
+    assert again.nonce == nonce
+    again.close()
+    with pytest.raises(StoreError, match="not of operator"):
+        open_store(path, other, chain.client.domain, registered=False)
+    fresh = open_store(path, other, chain.client.domain, registered=False, new=True)  # forced: moved aside
+    aside = [p for p in tmp_path.glob("receipts.sqlite.replaced-*") if p.name.rsplit("-", 1)[1].isdigit()]
+    assert fresh.nonce != nonce and len(aside) == 1
+    fresh.close()
+    kept = open_store(aside[0], address, chain.client.domain, registered=True)  # kept whole, never deleted
+    assert kept.nonce == nonce
+    kept.close()
+
+
+def test_a_store_of_the_old_format_is_refused_unless_forced_reverts(chain, tmp_path):
+    path = tmp_path / "receipts.sqlite"
+    with sqlite3.connect(path) as db:  # what the store looked like before: receipts, no owner
+        db.execute(
+            "CREATE TABLE receipts (request_hash BLOB PRIMARY KEY, receipt TEXT NOT NULL, created REAL NOT NULL)"
+        )
+    address = Account.create().address
+    with pytest.raises(StoreError, match="predates store format"):
+        open_store(path, address, chain.client.domain, registered=True)
+    open_store(path, address, chain.client.domain, registered=True, new=True).close()
+
+
+def test_an_engine_refuses_before_decoding_when_not_serving_reverts(chain, pair, tmp_path):
+    operator, key = _operator(chain, tmp_path, model_hash(TINY_TARGET))
+    chain.client.send(key, "requestUnbond")
+    operator.watch.check()
+    engine = Engine(pair, model_name="t", gamma=4, operator=operator)
+    with pytest.raises(NotServing):
+        trio.run(engine.complete, CompletionRequest("x =", 2, seed=1))
+    assert engine.counters.requests == 0  # refused before any work
+    operator.close()
