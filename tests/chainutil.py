@@ -73,13 +73,15 @@ def sign_raw(
     model_hash: bytes,
     domain=None,
     issued_at: int | None = None,
+    store_nonce: int = 0,
 ) -> SignedReceipt:
     """A receipt signed directly with ``key`` (bypassing an operator's store): how a dishonest or
-    careless operator would equivocate, or sign for another domain."""
+    careless operator would equivocate, or sign for another domain. ``store_nonce`` names the
+    signing store (the same by default: receipts of one store)."""
     domain = domain or chain.client.domain
     operator = Account.from_key(key).address
     issued = int(time.time()) if issued_at is None else issued_at
-    receipt = Receipt(operator, model_hash, request.hash(), hash_tokens(output), len(output), issued)
+    receipt = Receipt(operator, model_hash, request.hash(), hash_tokens(output), len(output), issued, store_nonce)
     return SignedReceipt(domain, receipt, sign_receipt(key, domain, receipt), request, output)
 
 

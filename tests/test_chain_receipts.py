@@ -229,7 +229,10 @@ def test_receipt_json_round_trip_and_rejects_malformed(chain, tmp_path):
     assert SignedReceipt.from_json(signed.to_json()) == signed
     good = signed.to_json()
     bad_cases = [
-        {**good, "format": 2},
+        {**good, "format": 1},  # before store nonces: refused, not misread
+        {**good, "format": 3},
+        {**good, "receipt": {k: v for k, v in good["receipt"].items() if k != "store_nonce"}},
+        {**good, "receipt": {**good["receipt"], "store_nonce": 2**64}},
         {**good, "signature": "0x1234"},
         {**good, "output": [1, -2]},
         {**good, "output": "12"},

@@ -19,7 +19,7 @@ from httputil import post_json, serving
 from httputil import request as http_request
 
 from node.chain.anvil import AnvilProcess, free_port
-from node.chain.client import BondClient, connect, deploy
+from node.chain.client import BondClient, ChainRevert, connect, deploy
 from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
 from node.chain.operator import Operator, OperatorConfig, open_operator
 from node.chain.receipts import RECEIPT_FRESH_S
@@ -189,3 +189,27 @@ def test_an_engine_refuses_before_decoding_when_not_serving_reverts(chain, pair,
         trio.run(engine.complete, CompletionRequest("x =", 2, seed=1))
     assert engine.counters.requests == 0  # refused before any work
     operator.close()
+
+
+def test_two_stores_of_one_key_are_no_equivocation_but_one_store_is_reverts(chain, tmp_path):
+    """A lost store or a replica signs under another store nonce: float noise between the two
+    answers (here: two different outputs for one request) is not slashable without a referee.
+    Within one store, two outputs for one request still are (and the store never signs them)."""
+    operator, key = _operator(chain, tmp_path)
+    replica = Operator(
+        chain.client,
+        key,
+        operator.model_hash,
+        open_store(tmp_path / "replica.sqlite", operator.address, chain.client.domain, registered=True, new=True),
+    )
+    spec = request(seed=31)
+    first, second = operator.sign(spec, (1, 2)), replica.sign(spec, (1, 3))
+    assert first.receipt.store_nonce != second.receipt.store_nonce
+    with pytest.raises(ChainRevert, match="StoreNoncesDiffer"):
+        chain.client.slash_equivocation(dev_key(7), first, second)
+    nonce = first.receipt.store_nonce  # a careless operator signing twice from one store is slashed at once
+    forged = sign_raw(key, chain, spec, (1, 4), operator.model_hash, store_nonce=nonce)
+    chain.client.slash_equivocation(dev_key(7), first, forged)
+    assert "slashed" in operator.watch.check().reason
+    operator.close()
+    replica.close()

@@ -30,6 +30,7 @@ contract DisputeFlow is DevScript {
     uint256 internal constant TREASURY = Anvil.KEY_9;
 
     bytes32 internal constant MODEL = keccak256("specmarket/dispute-flow-model");
+    uint64 internal constant STORE_NONCE = 1; // one receipt store signs the flow's receipts
 
     SpecmarketBond internal bond;
 
@@ -84,7 +85,8 @@ contract DisputeFlow is DevScript {
             requestHash: bond.hashRequest(prompt, p.seed, p.temperatureMicros, p.topK, p.topPMicros, p.maxTokens),
             outputHash: bond.hashOutput(output),
             tokenCount: uint32(output.length),
-            issuedAt: uint64(block.timestamp)
+            issuedAt: uint64(block.timestamp),
+            storeNonce: STORE_NONCE
         });
         bytes memory sig = TestUtils.sign(OPERATOR, bond.receiptDigest(r));
         vmx.startBroadcast(CHALLENGER);
@@ -121,7 +123,8 @@ contract DisputeFlow is DevScript {
             requestHash: keccak256("one request"),
             outputHash: outputHash,
             tokenCount: 16,
-            issuedAt: uint64(block.timestamp)
+            issuedAt: uint64(block.timestamp),
+            storeNonce: STORE_NONCE
         });
     }
 }

@@ -42,6 +42,11 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     /// @notice An operator's signed statement that `outputHash` is its answer to `requestHash`.
+    /// @dev `storeNonce` names the receipt store that signed it (a random number the operator's node
+    ///      draws when it creates its store). Two receipts conflict, and are slashed as equivocation,
+    ///      only when one store signed both: a node that lost its store, or a second replica with
+    ///      the same key, signs under another nonce, so float noise between them cannot be slashed
+    ///      without a referee. A wrong answer under any nonce is still a wrong-token challenge.
     struct Receipt {
         address operator;
         bytes32 modelHash;
@@ -49,6 +54,7 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         bytes32 outputHash;
         uint32 tokenCount;
         uint64 issuedAt;
+        uint64 storeNonce;
     }
 
     /// @notice Sampling parameters of a request; fixed-point values are in millionths.
@@ -137,7 +143,7 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
 
     /// @notice EIP-712 type hash of `Receipt`.
     bytes32 public constant RECEIPT_TYPEHASH = keccak256(
-        "Receipt(address operator,bytes32 modelHash,bytes32 requestHash,bytes32 outputHash,uint32 tokenCount,uint64 issuedAt)"
+        "Receipt(address operator,bytes32 modelHash,bytes32 requestHash,bytes32 outputHash,uint32 tokenCount,uint64 issuedAt,uint64 storeNonce)"
     );
 
     /// @notice Type hash mixed into `hashRequest` (the request is hashed EIP-712 style, but is not
@@ -288,6 +294,7 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     error RequestHashesDiffer(bytes32 requestHashA, bytes32 requestHashB);
     error ModelHashesDiffer(bytes32 modelHashA, bytes32 modelHashB);
     error OutputHashesEqual(bytes32 outputHash);
+    error StoreNoncesDiffer(uint64 storeNonceA, uint64 storeNonceB);
     error EquivocationAlreadySlashed(address operator, bytes32 requestHash);
     // challenges
     error WrongChallengerBond(uint256 sent, uint256 required);
@@ -497,7 +504,14 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         return _hashTypedDataV4(
             keccak256(
                 abi.encode(
-                    RECEIPT_TYPEHASH, r.operator, r.modelHash, r.requestHash, r.outputHash, r.tokenCount, r.issuedAt
+                    RECEIPT_TYPEHASH,
+                    r.operator,
+                    r.modelHash,
+                    r.requestHash,
+                    r.outputHash,
+                    r.tokenCount,
+                    r.issuedAt,
+                    r.storeNonce
                 )
             )
         );
@@ -544,6 +558,8 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         if (operator != b.operator) revert ReceiptOperatorsDiffer(operator, b.operator);
         if (a.requestHash != b.requestHash) revert RequestHashesDiffer(a.requestHash, b.requestHash);
         if (a.modelHash != b.modelHash) revert ModelHashesDiffer(a.modelHash, b.modelHash);
+        // INVARIANT: only one receipt store's own receipts can conflict (see Receipt.storeNonce).
+        if (a.storeNonce != b.storeNonce) revert StoreNoncesDiffer(a.storeNonce, b.storeNonce);
         if (a.outputHash == b.outputHash) revert OutputHashesEqual(a.outputHash);
         if (!_operators[operator].registered) revert NotRegistered(operator);
         // INVARIANT: one equivocation slash per (operator, request).

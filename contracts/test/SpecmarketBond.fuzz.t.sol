@@ -484,6 +484,26 @@ contract SpecmarketBondFuzzTest is BondFixture {
         }
     }
 
+    /// Two receipts with distinct outputs for one request are equivocation iff one store signed both.
+    function testFuzz_slashEquivocation_storeNonces(uint64 nonceA, uint64 nonceB) public {
+        SpecmarketBond.Receipt memory a = _goodReceipt();
+        SpecmarketBond.Receipt memory b = _goodReceipt();
+        b.outputHash = keccak256("another output");
+        (a.storeNonce, b.storeNonce) = (nonceA, nonceB);
+        bytes memory sa = _signReceipt(OPERATOR_PK, a);
+        bytes memory sb = _signReceipt(OPERATOR_PK, b);
+        uint256 before = _bondOf(operator);
+        if (nonceA != nonceB) {
+            vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.StoreNoncesDiffer.selector, nonceA, nonceB));
+            bond.slashEquivocation(a, sa, b, sb);
+            assertEq(_bondOf(operator), before, "not slashed");
+        } else {
+            vm.prank(reporter);
+            bond.slashEquivocation(a, sa, b, sb);
+            assertEq(_bondOf(operator), before - SLASH_AMOUNT, "slashed");
+        }
+    }
+
     // -- signer sets ------------------------------------------------------------------------
 
     /// N = 5 referees, any threshold M (set by a timelocked epoch change), any subset signs:

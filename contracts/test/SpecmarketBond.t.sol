@@ -539,13 +539,14 @@ contract SpecmarketBondTest is BondFixture {
     bytes32 internal constant KAT_PROMPT_HASH = 0x6e0c627900b24bd432fe7b1f713f1b0744091a646a9fe4a65a18dfed21f2949c;
     bytes32 internal constant KAT_REQUEST_HASH = 0x0de1c39f9971d3706eb4253970bdac7fdbb74e358c831f01fa96a1c4311a13a9;
     bytes32 internal constant KAT_OUTPUT_HASH = 0x727f0a8034e1bcbf709bc02d80f5258b22a936751793243b003e4b0984ed8afb;
-    // bond at 0x5FbDB2315678afecb367f032d93F642f64180aa3 on chain 31337; operator key 0xB0B; issuedAt 1.7e9.
+    // bond at 0x5FbDB2315678afecb367f032d93F642f64180aa3 on chain 31337; operator key 0xB0B; issuedAt 1.7e9;
+    // storeNonce 0x5707E.
     bytes32 internal constant KAT_DOMAIN = 0x408a43d5eb2998feca380fd4851cd16b61794853ce88550d3439ebdbffa58a20;
-    bytes32 internal constant KAT_RECEIPT_DIGEST = 0xb285e762a35fc755ea777bb033e651c6f69743fd7dae04dfc2127caa8cce16c9;
+    bytes32 internal constant KAT_RECEIPT_DIGEST = 0x3cf8fbb5b4d15f638474c17296e3641bfe9f268ea36639509a45dcdc4df8aa2b;
     // Verdict: challengeId 7, the receipt digest above, position 3, challenger 0x…C4A1, at fault.
-    bytes32 internal constant KAT_VERDICT_DIGEST = 0x9f6581517be2847bbd2066dfc0832e68ce87f88e196c0b5a84f38ec802c85699;
+    bytes32 internal constant KAT_VERDICT_DIGEST = 0x981cb63abfd9ac61130bd910382db4571d96317197e6435e0da5189673b71578;
     bytes internal constant KAT_SIG =
-        hex"a1a7a175d657bbd45a85c53d4d483b6b87765d0a4188add7e5fa81223b056008699e9f52c5cd31fc29dfefe2a4c3c7a71100a8d42e591e2132577f4d454f59d91c";
+        hex"afff79126c04e7dd97b49420c6e8ce9e76dfa91c9b9c8b6ddf641a02a5041bbb2e7a8c22bc2005f5a559c4737d3eb02a4f9ef5dfe1483bbe7c4adcb08c05690d1c";
 
     function _katBond() internal returns (SpecmarketBond b) {
         // anvil's account 0 deploying with nonce 0 lands at 0x5FbDB231...
@@ -591,7 +592,8 @@ contract SpecmarketBondTest is BondFixture {
             requestHash: KAT_REQUEST_HASH,
             outputHash: KAT_OUTPUT_HASH,
             tokenCount: 4,
-            issuedAt: 1_700_000_000
+            issuedAt: 1_700_000_000,
+            storeNonce: STORE_NONCE
         });
         assertEq(b.receiptDigest(r), KAT_RECEIPT_DIGEST, "receipt digest");
         // forge's vm.sign and libsecp256k1 both use RFC 6979 nonces: same signature byte for byte.
@@ -615,14 +617,15 @@ contract SpecmarketBondTest is BondFixture {
         bytes32 structHash = keccak256(
             abi.encode(
                 keccak256(
-                    "Receipt(address operator,bytes32 modelHash,bytes32 requestHash,bytes32 outputHash,uint32 tokenCount,uint64 issuedAt)"
+                    "Receipt(address operator,bytes32 modelHash,bytes32 requestHash,bytes32 outputHash,uint32 tokenCount,uint64 issuedAt,uint64 storeNonce)"
                 ),
                 r.operator,
                 r.modelHash,
                 r.requestHash,
                 r.outputHash,
                 r.tokenCount,
-                r.issuedAt
+                r.issuedAt,
+                r.storeNonce
             )
         );
         assertEq(bond.receiptDigest(r), keccak256(abi.encodePacked("\x19\x01", domain, structHash)), "digest");
@@ -700,7 +703,7 @@ contract SpecmarketBondTest is BondFixture {
         assertEq(
             bond.RECEIPT_TYPEHASH(),
             keccak256(
-                "Receipt(address operator,bytes32 modelHash,bytes32 requestHash,bytes32 outputHash,uint32 tokenCount,uint64 issuedAt)"
+                "Receipt(address operator,bytes32 modelHash,bytes32 requestHash,bytes32 outputHash,uint32 tokenCount,uint64 issuedAt,uint64 storeNonce)"
             ),
             "RECEIPT_TYPEHASH"
         );
@@ -829,6 +832,17 @@ contract SpecmarketBondTest is BondFixture {
         bytes memory sb = _signReceipt(OPERATOR_PK, b);
         vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.ModelHashesDiffer.selector, MODEL, b.modelHash));
         bond.slashEquivocation(a, sa, b, sb);
+    }
+
+    function test_slashEquivocation_otherStoreNonce_reverts() public {
+        (SpecmarketBond.Receipt memory a, bytes memory sa, SpecmarketBond.Receipt memory b,) = _equivPair("x");
+        // a second receipt store of the same key (a lost store, a replica): no equivocation
+        b.storeNonce = a.storeNonce + 1;
+        bytes memory sb = _signReceipt(OPERATOR_PK, b);
+        uint256 before = _bondOf(operator);
+        vm.expectRevert(abi.encodeWithSelector(SpecmarketBond.StoreNoncesDiffer.selector, a.storeNonce, b.storeNonce));
+        bond.slashEquivocation(a, sa, b, sb);
+        assertEq(_bondOf(operator), before, "not slashed");
     }
 
     function test_slashEquivocation_sameOutput_reverts() public {

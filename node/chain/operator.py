@@ -148,6 +148,7 @@ class Operator:
             output_hash=hash_tokens(output),
             token_count=len(output),
             issued_at=self._now(),
+            store_nonce=self.store.nonce,
         )
         signature = sign_receipt(self._key, self.client.domain, receipt)
         return SignedReceipt(self.client.domain, receipt, signature, request, tuple(int(t) for t in output))

@@ -37,7 +37,7 @@ MAX_U32 = (1 << 32) - 1
 MAX_U64 = (1 << 64) - 1
 RECEIPT_FRESH_S = 300  # a client accepts a receipt at most this old; an operator re-signs older replays
 MAX_RECEIPT_TOKENS = 1 << 16  # a receipt file or network message with more tokens is refused
-RECEIPT_FORMAT = 1
+RECEIPT_FORMAT = 2  # 2: receipts name their store nonce
 SIGNATURE_BYTES = 65
 SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141  # the curve's group order
 REQUEST_TYPEHASH = keccak(
@@ -51,6 +51,7 @@ RECEIPT_TYPES = {
         {"name": "outputHash", "type": "bytes32"},
         {"name": "tokenCount", "type": "uint32"},
         {"name": "issuedAt", "type": "uint64"},
+        {"name": "storeNonce", "type": "uint64"},
     ]
 }
 VERDICT_TYPES = {
@@ -161,6 +162,9 @@ class Receipt:
     output_hash: bytes
     token_count: int
     issued_at: int
+    # the signing receipt store's random nonce: two receipts are equivocation only when one store
+    # signed both (a lost store or a replica of the key signs under another nonce)
+    store_nonce: int
 
     def as_tuple(self) -> tuple:
         """The contract's ``Receipt`` struct."""
@@ -171,6 +175,7 @@ class Receipt:
             self.output_hash,
             self.token_count,
             self.issued_at,
+            self.store_nonce,
         )
 
     def message(self) -> dict[str, Any]:
@@ -300,6 +305,7 @@ class SignedReceipt:
                 "output_hash": "0x" + r.output_hash.hex(),
                 "token_count": r.token_count,
                 "issued_at": r.issued_at,
+                "store_nonce": r.store_nonce,
             },
             "signature": "0x" + self.signature.hex(),
             "request": {**asdict(self.request), "prompt": list(self.request.prompt)},
@@ -323,6 +329,7 @@ class SignedReceipt:
                 output_hash=_hex32(r["output_hash"], "receipt.output_hash"),
                 token_count=_check_uint(r["token_count"], MAX_U32, "receipt.token_count"),
                 issued_at=_check_uint(r["issued_at"], MAX_U64, "receipt.issued_at"),
+                store_nonce=_check_uint(r["store_nonce"], MAX_U64, "receipt.store_nonce"),
             )
             fields = ("seed", "temperature_micros", "top_k", "top_p_micros", "max_tokens")
             request = RequestSpec(_check_tokens(q["prompt"], "request.prompt"), *(q[f] for f in fields))

@@ -10,8 +10,12 @@ store that cannot do that job, unless told to start a new one (``--new-receipt-s
 - the store belongs to another operator or another deployment;
 - another process holds it (two nodes sharing one store, or one key).
 
-Each store has a random ``nonce``, made when it is created and kept in it, which names it in logs
-and /health; a replaced store is renamed aside, never deleted.
+Each store has a random 64-bit ``nonce``, made when it is created and kept in it. Every receipt
+names it (``Receipt.storeNonce``), and the contract counts two receipts as equivocation only when
+one store signed both: a node that lost its store, or a second replica with the same key on another
+machine, signs under another nonce, so float noise between them is no slashable equivocation (a
+wrong answer under any nonce is still a wrong-token challenge). A replaced store is renamed aside,
+never deleted.
 """
 
 from __future__ import annotations

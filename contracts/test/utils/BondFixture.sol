@@ -6,6 +6,9 @@ import {SpecmarketBond} from "../../src/SpecmarketBond.sol";
 
 /// @dev Shared signing and encoding helpers (no state), for tests and the invariant handler.
 abstract contract BondHelpers is TestBase {
+    /// @dev The receipt store nonce of the fixtures' receipts (one store signs them all).
+    uint64 internal constant STORE_NONCE = 0x5707E;
+
     function _split(bytes memory sig) internal pure returns (uint8 v, bytes32 r, bytes32 s) {
         assembly {
             r := mload(add(sig, 0x20))
@@ -93,7 +96,8 @@ abstract contract BondHelpers is TestBase {
             requestHash: _refHashRequest(prompt, p),
             outputHash: _refHashTokens(output),
             tokenCount: uint32(output.length),
-            issuedAt: issuedAt
+            issuedAt: issuedAt,
+            storeNonce: STORE_NONCE
         });
     }
 
