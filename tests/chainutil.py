@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,7 +79,8 @@ def sign_raw(
     signing store (the same by default: receipts of one store)."""
     domain = domain or chain.client.domain
     operator = Account.from_key(key).address
-    issued = int(time.time()) if issued_at is None else issued_at
+    # the chain's clock, as an operator stamps receipts: anvil's clock can lag this machine's
+    issued = chain_now(chain) if issued_at is None else issued_at
     receipt = Receipt(operator, model_hash, request.hash(), hash_tokens(output), len(output), issued, store_nonce)
     return SignedReceipt(domain, receipt, sign_receipt(key, domain, receipt), request, output)
 
