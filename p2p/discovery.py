@@ -43,7 +43,8 @@ CONNECT_TIMEOUT_S = 5.0
 RETRY_BASE_S = 0.5
 RETRY_MAX_S = 30.0
 WATCH_INTERVAL_S = 0.2
-UNREGISTER_TIMEOUT_S = 2.0
+UNREGISTER_TIMEOUT_S = 2.0  # dialing again, unregistering and confirming it, on shutdown
+REDIAL_ADDR_TTL_S = 60  # the point's addresses, kept this long for that dial
 REGISTER_TIMEOUT_S = 10.0  # a rendezvous point must answer a registration this soon
 CONNECTED_POLL_S = 1.0  # how often a registered peer checks that it is still connected to the point
 REREGISTER_MIN_GAP_S = 2.0  # at most one registration this often, whatever the connection does
@@ -145,6 +146,20 @@ async def announce(
         await _until_refresh_or_dropped(host, bootstrap.peer_id)
 
 
+async def _redial_if_closed(host: IHost, bootstrap: PeerInfo) -> None:
+    """Dial ``bootstrap`` afresh when every connection to it is closed or closing.
+
+    The registration outlives a dropped connection (until its TTL), and a connection whose close is
+    still under way stays listed: ``host.connect`` would reuse it, and streams on it fail with
+    "No valid connections available".
+    """
+    network = host.get_network()
+    if any(not conn.is_closed for conn in network.get_connections(bootstrap.peer_id)):
+        return
+    host.get_peerstore().add_addrs(bootstrap.peer_id, bootstrap.addrs, REDIAL_ADDR_TTL_S)
+    await network.dial_peer(bootstrap.peer_id)
+
+
 async def withdraw(host: IHost, bootstrap: PeerInfo, namespace: str) -> None:
     """Best-effort unregistration on shutdown, so the target forgets us at once (not after the TTL).
 
@@ -154,6 +169,7 @@ async def withdraw(host: IHost, bootstrap: PeerInfo, namespace: str) -> None:
     client = RendezvousClient(host, bootstrap.peer_id)
     with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True) as scope:
         try:
+            await _redial_if_closed(host, bootstrap)
             await client.unregister(namespace)
             while host.get_id() in [p.peer_id for p in (await client.discover(namespace))[0]]:
                 await trio.sleep(0.05)

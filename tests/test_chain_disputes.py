@@ -23,7 +23,7 @@ from netutil import SPECMARKET, complete, start_drafter, start_target, wait_for_
 
 from node.chain.challenger import challenge_receipt
 from node.chain.deployment import DEV_CHALLENGER, DEV_REFEREES, dev_address, dev_key
-from node.chain.receipts import Domain, ReceiptError, RequestSpec, SignedReceipt
+from node.chain.receipts import CLOCK_SLACK_S, Domain, ReceiptError, RequestSpec, SignedReceipt
 from node.chain.referee import Referee
 from node.models import TINY_TARGET, model_hash
 from verifier.params import SamplingParams
@@ -227,6 +227,29 @@ def test_challenger_refuses_a_receipt_for_another_deployment(chain, pair, commit
     signed.check()  # a valid receipt, in its own domain
     with pytest.raises(ReceiptError, match="signed for contract"):
         challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed)
+
+
+@pytest.mark.parametrize("lead_s", [2, CLOCK_SLACK_S + 120])
+def test_challenger_waits_for_a_receipt_stamped_ahead_of_the_chain(chain, pair, committed_hash, tmp_path, lead_s):
+    """An operator whose clock runs ahead of the chain's stamps receipts from the chain's future, which
+    the contract refuses to judge (``ReceiptFromFuture``). Within the clients' slack the challenger
+    waits for the chain to reach the stamp, then challenges (it used to revert); beyond it, it refuses
+    and sends nothing."""
+    _, key = new_operator(chain, tmp_path, committed_hash)
+    issued_at = chain.client.chain_time() + lead_s
+    spec = RequestSpec.build([1, 2], SamplingParams(), 1, 2)
+    signed = sign_raw(key, chain, spec, (3, 4), committed_hash, issued_at=issued_at)
+    challenger = dev_address(DEV_CHALLENGER)
+    nonce = chain.client.w3.eth.get_transaction_count(challenger)
+    forced = {"force_position": 0, "force": True}  # whatever the audit says: the clock is under test
+    if lead_s > CLOCK_SLACK_S:
+        with pytest.raises(ReceiptError, match="ahead of the chain's clock"):
+            challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed, **forced)
+        assert chain.client.w3.eth.get_transaction_count(challenger) == nonce  # nothing sent
+        return
+    report = challenge_receipt(chain.client, dev_key(DEV_CHALLENGER), pair.target, committed_hash, signed, **forced)
+    assert report.challenge_id is not None
+    assert chain.client.challenge_record(report.challenge_id)["created_at"] >= issued_at
 
 
 def test_referee_watch_survives_its_chain_going_away(pair, committed_hash, tmp_path, caplog):

@@ -201,6 +201,29 @@ def test_an_honest_drafter_registers_and_is_discovered(portal, net):
     assert set(seen[0].addrs) <= {str(a).split("/p2p/")[0] for a in honest.get_addrs()}  # bare transport addrs
 
 
+def test_a_drafter_whose_connection_dropped_still_withdraws(portal, net):
+    """A drafter stopped while its connection to the target was closing (a network blip, the
+    target's side closing it; py-libp2p lists such a connection until its close completes) used to
+    log "could not unregister: No valid connections available" and stay listed until its
+    registration's TTL ran out; it now dials afresh to withdraw."""
+    target, peers = net
+    point = RendezvousPoint(target, NS)
+    peer, bootstrap = peers[-1], PeerInfo(target.get_id(), target.get_addrs())
+    listed = []
+
+    async def scenario() -> None:
+        reply = await send(peer, target, register_msg(peer, tcp_addrs(1)))
+        assert reply is not None and reply.registerResponse.status == Status.OK
+        listed.append(len(stored(point).get(NS, {})))
+        (conn,) = peer.get_network().get_connections(target.get_id())
+        conn.event_closed.set()  # the state of a connection whose close is under way: listed, not usable
+        await withdraw(peer, bootstrap, NS)
+        listed.append(len(stored(point).get(NS, {})))
+
+    portal.run(scenario)
+    assert listed == [1, 0]
+
+
 def test_health_shows_a_bounded_drafter_list_and_the_total(pair):
     rows = {f"12D3KooWPeer{i:03d}": {"credited_tokens": i, "known_for_s": 1.0} for i in range(100)}
     ranked = target_node.ranked_drafters(rows)

@@ -11,12 +11,13 @@ from node.chain import ChainError
 from node.chain.audit import Audit, audit_answer, check_model, judge_step
 from node.chain.client import BondClient
 from node.chain.deployment import format_ether
-from node.chain.receipts import ReceiptError, SignedReceipt
+from node.chain.receipts import CLOCK_SLACK_S, ReceiptError, SignedReceipt
 from node.models import HFCausalLM
 
 log = logging.getLogger(__name__)
 
 MAX_RECEIPT_FILE_BYTES = 4 << 20
+CLOCK_WAIT_MARGIN_S = 5.0  # beyond the receipt's lead: the chain's clock ticks in whole seconds
 
 
 class CertainLoss(ChainError):
@@ -96,9 +97,31 @@ def challenge_receipt(
         raise ChainError(f"position {position} is outside the answer's {len(signed.output)} tokens")
     if position != audit.first_wrong and not force:
         refuse_certain_loss(client, model, signed, position)
+    wait_until_issued(client, signed)
     challenge_id, tx = client.challenge(key, signed, position)
     log.info("challenge %d opened at position %d (gas %d)", challenge_id, position, tx.gas_used)
     return ChallengeReport(audit, challenge_id, position, tx.gas_used)
+
+
+def wait_until_issued(client: BondClient, signed: SignedReceipt) -> None:
+    """Wait for the chain's clock to reach the receipt's ``issued_at``.
+
+    The contract refuses a challenge against a receipt from its future (``ReceiptFromFuture``), and
+    an honest operator whose clock runs a little ahead stamps exactly such receipts. Clients accept
+    them up to ``CLOCK_SLACK_S`` ahead, so the challenger waits that long at most rather than revert.
+    """
+    issued_at = signed.receipt.issued_at
+    lead = issued_at - client.chain_time()
+    if lead <= 0:
+        return
+    if lead > CLOCK_SLACK_S:
+        raise ReceiptError(
+            f"the receipt is stamped {lead} s ahead of the chain's clock (more than the {CLOCK_SLACK_S} s "
+            "a client accepts); the contract refuses to judge it until then, so nothing was sent"
+        )
+    log.info("the receipt is stamped %d s ahead of the chain's clock; waiting for the chain to reach it", lead)
+    if not client.wait_for_time(issued_at, lead + CLOCK_WAIT_MARGIN_S):
+        raise ChainError(f"the chain's clock did not reach the receipt's time {issued_at}; nothing was sent")
 
 
 def refuse_certain_loss(client: BondClient, model: HFCausalLM, signed: SignedReceipt, position: int) -> None:

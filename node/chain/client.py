@@ -190,6 +190,17 @@ class BondClient:
     def challenge_status(self, challenge_id: int) -> ChallengeStatus:
         return ChallengeStatus(self.challenge_record(challenge_id)["status"])
 
+    def chain_time(self) -> int:
+        """Now on the chain's clock: the timestamp of the block a transaction sent now lands in."""
+        return int(self.w3.eth.get_block("pending")["timestamp"])
+
+    def wait_for_time(self, ts: int, timeout_s: float, poll_s: float = WAIT_POLL_S) -> bool:
+        """Whether the chain's clock reached unix time ``ts`` within ``timeout_s``."""
+        deadline, pause = time.monotonic() + timeout_s, threading.Event()
+        while (now := self.chain_time()) < ts and time.monotonic() < deadline:
+            pause.wait(min(poll_s, ts - now))
+        return self.chain_time() >= ts
+
     def wait_closed(self, challenge_id: int, timeout_s: float, poll_s: float = WAIT_POLL_S) -> ChallengeStatus:
         """The challenge's status once it is no longer open (resolved or refunded), or OPEN after ``timeout_s``."""
         deadline, pause = time.monotonic() + timeout_s, threading.Event()

@@ -36,6 +36,7 @@ MICROS = 1_000_000
 MAX_U32 = (1 << 32) - 1
 MAX_U64 = (1 << 64) - 1
 RECEIPT_FRESH_S = 300  # a client accepts a receipt at most this old; an operator re-signs older replays
+CLOCK_SLACK_S = 60  # a receipt stamped up to this far in the chain's future (a fast operator clock) is accepted
 MAX_RECEIPT_TOKENS = 1 << 16  # a receipt file or network message with more tokens is refused
 RECEIPT_FORMAT = 2  # 2: receipts name their store nonce
 SIGNATURE_BYTES = 65

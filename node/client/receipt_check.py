@@ -18,10 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from node.chain.client import BondClient
-from node.chain.receipts import RECEIPT_FRESH_S, Domain, ReceiptError, RequestSpec, SignedReceipt
+from node.chain.receipts import CLOCK_SLACK_S, RECEIPT_FRESH_S, Domain, ReceiptError, RequestSpec, SignedReceipt
 from verifier.params import SamplingParams
-
-CLOCK_SLACK_S = 60  # a receipt stamped up to this far in the chain's future is still accepted
 
 
 @dataclass(frozen=True)
