@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -33,7 +34,17 @@ STATUS = {
     "peer_id": "12D3KooWTarget",
     "multiaddrs": ["/ip4/127.0.0.1/tcp/4001"],
     "drafters": {
-        "12D3KooWDrafterA": {"proposed": 10, "matched": 8, "accepted": 6, "timeouts": 1, "latency_ms": 12.5},
+        "12D3KooWDrafterA": {
+            "proposed": 10,
+            "lifetime_proposed": 12,
+            "matched": 8,
+            "accepted": 6,
+            "timeouts": 1,
+            "latency_ms": 12.5,
+            "consecutive_failures": 1,
+            "benched": True,
+            "bench_count": 2,
+        },
         ODD_PEER: {"proposed": 3, "matched": 0, "accepted": 0, "timeouts": 0, "latency_ms": None},
     },
 }
@@ -206,7 +217,7 @@ def test_health(servers):
     assert body["status"] == "ok" and body["model"] == MODEL and body["active_jobs"] == 0
     assert body["peer_id"] == STATUS["peer_id"] and body["drafters"][ODD_PEER]["latency_ms"] is None
     status, _, raw = request(servers.bare_url, "GET", "/health")
-    assert status == 200 and json.loads(raw) == {"status": "ok", "model": MODEL, "active_jobs": 0}
+    assert status == 200 and json.loads(raw) == {"status": "ok", "reason": "", "model": MODEL, "active_jobs": 0}
 
 
 def test_metrics_counters_increase(servers):
@@ -228,14 +239,22 @@ def test_metrics_counters_increase(servers):
 def test_metrics_per_drafter_series(servers):
     samples, types, text = metrics(servers.url)
     assert samples["specmarket_drafters_known"] == 2
-    assert samples['specmarket_drafter_proposed_total{peer="12D3KooWDrafterA"}'] == 10
-    assert samples['specmarket_drafter_accepted_total{peer="12D3KooWDrafterA"}'] == 6
-    assert samples['specmarket_drafter_latency_ms{peer="12D3KooWDrafterA"}'] == 12.5
+    assert samples['specmarket_drafter_proposed_tokens_total{peer="12D3KooWDrafterA"}'] == 12  # lifetime
+    assert samples['specmarket_drafter_window_proposed_tokens{peer="12D3KooWDrafterA"}'] == 10  # resets at a bench
+    assert samples['specmarket_drafter_accepted_tokens_total{peer="12D3KooWDrafterA"}'] == 6
+    assert samples['specmarket_drafter_latency_seconds{peer="12D3KooWDrafterA"}'] == 0.0125  # base units
+    assert samples['specmarket_drafter_consecutive_failures{peer="12D3KooWDrafterA"}'] == 1
+    assert samples['specmarket_drafter_benched{peer="12D3KooWDrafterA"}'] == 1
     assert types["specmarket_drafter_timeouts_total"] == "counter"
-    assert types["specmarket_drafter_latency_ms"] == "gauge"
-    assert 'specmarket_drafter_proposed_total{peer="12D3KooWodd\\"peer\\\\x\\ny"} 3.0\n' in text  # escaped
-    assert samples[f'specmarket_drafter_proposed_total{{peer="{ODD_PEER}"}}'] == 3  # and read back as it was
-    assert sum("latency_ms{" in k for k in samples) == 1  # a None latency is no sample
+    assert types["specmarket_drafter_latency_seconds"] == types["specmarket_drafter_consecutive_failures"] == "gauge"
+    assert types["specmarket_drafter_benched"] == "gauge" and types["specmarket_drafter_benched_total"] == "counter"
+    assert 'specmarket_drafter_window_proposed_tokens{peer="12D3KooWodd\\"peer\\\\x\\ny"} 3.0\n' in text  # escaped
+    assert samples[f'specmarket_drafter_window_proposed_tokens{{peer="{ODD_PEER}"}}'] == 3  # read back as it was
+    assert sum("latency_seconds{" in k for k in samples) == 1  # a None latency is no sample
+    # Prometheus naming: _total only on counters, no gauge named like one
+    counters = [name for name, kind in types.items() if kind == "counter" and not name.endswith("_created")]
+    assert counters and all(name.endswith("_total") for name in counters)
+    assert not [name for name, kind in types.items() if kind == "gauge" and name.endswith("_total")]
 
 
 # --- bad requests -------------------------------------------------------------------------------
@@ -376,9 +395,61 @@ def test_client_disconnect_cancels_the_job(servers):
     while counters.snapshot()["active_jobs"] and time.monotonic() < deadline:
         time.sleep(0.02)
     after = counters.snapshot()
-    assert after["active_jobs"] == 0
-    assert after["requests_failed"] == before["requests_failed"] + 1  # cancelled, not run to 500 tokens
+    assert after["active_jobs"] == 0, after
+    assert after["requests_cancelled"] == before["requests_cancelled"] + 1, after  # cancelled, not run to 500 tokens
+    assert after["requests_failed"] == before["requests_failed"]  # a client's going away is no failure
     assert after["tokens_generated"] == before["tokens_generated"]
+
+
+# --- what an operator sees ----------------------------------------------------------------------
+
+
+def test_error_answers_are_counted_by_code_and_logged_in_one_line(servers, caplog):
+    """4xx answers used to be neither logged nor counted: an operator could not see a client's
+    repeated mistakes, nor tell them from its own 5xx."""
+    caplog.set_level(logging.INFO, logger="node.target.dashboard")
+    before, _, _ = metrics(servers.url)
+    assert post_json(servers.url, {"prompt": PROMPT, "max_tokens": 0})[0] == 400
+    assert request(servers.url, "GET", "/no/such/route")[0] == 404
+    after, types, _ = metrics(servers.url)
+    code = 'specmarket_http_responses_total{{code="{}"}}'.format
+    assert after[code(400)] == before.get(code(400), 0) + 1 and after[code(404)] == before.get(code(404), 0) + 1
+    assert after[code(200)] >= before.get(code(200), 0) + 1  # the first /metrics answer
+    assert types["specmarket_http_responses_total"] == "counter"
+    lines = [r.getMessage() for r in caplog.records if r.name == "node.target.dashboard"]
+    assert any(m.startswith("HTTP 400 for POST /v1/completions: 'max_tokens' must be") for m in lines), lines
+    assert any(m.startswith("HTTP 404 for GET /no/such/route: no such route") for m in lines), lines
+    assert all("\n" not in m for m in lines)
+
+
+def test_a_streamed_answer_carries_the_job_id_of_the_logs(servers, caplog):
+    """A stream's id (``cmpl-…``) used to differ from the ``job`` id of the node's log lines; the
+    job's stats were logged as a Python dict."""
+    caplog.set_level(logging.INFO, logger="node.target.engine")
+    status, _, raw = request(
+        servers.url, "POST", "/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 3, "stream": True}).encode()
+    )
+    events = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: {")]
+    assert status == 200 and len(events) >= 2
+    ids = {e["id"] for e in events}
+    assert len(ids) == 1 and next(iter(ids)).startswith("cmpl-")
+    job = ids.pop().removeprefix("cmpl-")
+    assert events[-1]["specmarket"]["job"] == job
+    done = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"job {job}: 3 tokens, ")]
+    assert len(done) == 1 and "target_passes=" in done[0] and "{" not in done[0], done
+
+
+def test_the_dashboard_json_reads_the_node_state_and_takes_no_writes(servers):
+    status, body = post_json(servers.url, {"prompt": PROMPT, "max_tokens": 4, "seed": 11})
+    assert status == 200
+    code, _, raw = request(servers.url, "GET", "/api/dashboard")
+    view = json.loads(raw)
+    assert code == 200 and view["status"] == "ok" and view["model"] == MODEL
+    assert view["jobs"][0]["job"] == body["id"].removeprefix("cmpl-") and view["jobs"][0]["tokens"] == 4
+    assert view["jobs"][0]["speculative"] is False  # no drafters here: plain decoding
+    assert view["drafters_total"] == 2 and view["drafters"]["12D3KooWDrafterA"]["proposed"] == 10
+    assert view["counters"]["tokens_generated"] >= 4 and view["operator"] is None
+    assert request(servers.url, "POST", "/api/dashboard", b"{}")[0] == 405
 
 
 # --- node.client.http ----------------------------------------------------------------------------

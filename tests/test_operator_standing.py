@@ -9,13 +9,14 @@ second node on the same store) could sign a second, different receipt for a requ
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
 import trio
 from chainutil import chain_now, deployed_chain, request, sign_raw, warp
 from eth_account import Account
-from httputil import post_json, serving
+from httputil import metrics, post_json, serving
 from httputil import request as http_request
 
 from node.chain.anvil import AnvilProcess, free_port
@@ -26,6 +27,7 @@ from node.chain.receipts import RECEIPT_FRESH_S
 from node.chain.standing import NotServing, StandingWatch
 from node.chain.store import StoreError, open_store
 from node.models import TINY_TARGET, model_hash
+from node.target.dashboard import node_condition
 from node.target.engine import CompletionRequest, Engine
 from node.target.http_api import build_app
 
@@ -94,6 +96,8 @@ def test_an_operator_without_a_chain_stops_signing_reverts(tmp_path):
         operator.sign(request(seed=5), (1,))
     standing = operator.watch.check()  # anvil is gone
     assert not standing.serving and "does not answer" in standing.reason
+    described = operator.describe()  # what /health shows: not ok, and why
+    assert described["chain_reachable"] is False and node_condition({"operator": described})[0] == "unavailable"
     with pytest.raises(NotServing, match="does not answer"):
         operator.sign(request(seed=6), (1,))
     operator.close()
@@ -125,9 +129,40 @@ def test_a_node_that_may_not_sign_refuses_jobs_with_503_succeeds(chain, pair, tm
         operator.watch.check()
         status, body = post_json(urls["bonded"], {"prompt": "x =", "max_tokens": 2, "seed": 2})
         assert status == 503 and "unbonding" in body["error"]["message"]
-        _, _, health = http_request(urls["bonded"], "GET", "/health")
-        assert b'"serving":false' in health.replace(b" ", b"") and b"unbonding" in health
+        code, _, health = http_request(urls["bonded"], "GET", "/health")
+        assert code == 503 and json.loads(health)["status"] == "unavailable"
+        assert json.loads(health)["operator"]["unbonding"] is True and "unbonding" in json.loads(health)["reason"]
     assert engine.counters.snapshot()["active_jobs"] == 0
+    operator.close()
+
+
+def test_health_and_metrics_show_the_bond_and_turn_unavailable_once_slashed(chain, pair, tmp_path):
+    """/health said "ok" for a slashed operator, and neither it nor /metrics carried the bond,
+    the standing or a count of receipts signed."""
+    operator, key = _operator(chain, tmp_path, model_hash(TINY_TARGET))
+    engine = Engine(pair, model_name="t", gamma=4, operator=operator)
+    with serving({"bonded": build_app(engine, lambda: {"operator": operator.describe()})}) as urls:
+        assert post_json(urls["bonded"], {"prompt": "x =", "max_tokens": 2, "seed": 1})[0] == 200
+        code, _, raw = http_request(urls["bonded"], "GET", "/health")
+        health = json.loads(raw)
+        bonded = health["operator"]
+        assert code == 200 and health["status"] == "ok" and health["reason"] == ""
+        assert bonded["bond_wei"] == chain.client.config().min_bond and bonded["active"] and not bonded["unbonding"]
+        assert bonded["chain_reachable"] and bonded["receipts_signed"] == 1
+        samples, _, _ = metrics(urls["bonded"])
+        assert samples["specmarket_operator_serving"] == samples["specmarket_operator_active"] == 1
+        assert samples["specmarket_receipts_signed_total"] == 1 and samples["specmarket_chain_reachable"] == 1
+        assert samples["specmarket_operator_bond_wei"] == bonded["bond_wei"]
+        spec = request(seed=2)
+        twins = [sign_raw(key, chain, spec, (t,), operator.model_hash) for t in (1, 2)]
+        chain.client.slash_equivocation(dev_key(7), *twins)
+        operator.watch.check()
+        code, _, raw = http_request(urls["bonded"], "GET", "/health")
+        health = json.loads(raw)
+        assert code == 503 and health["status"] == "unavailable" and "slashed" in health["reason"]
+        assert health["operator"]["bond_wei"] < bonded["bond_wei"]
+        samples, _, _ = metrics(urls["bonded"])
+        assert samples["specmarket_operator_serving"] == 0
     operator.close()
 
 

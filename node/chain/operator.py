@@ -57,6 +57,7 @@ class Operator:
         self.store = store
         self.watch = watch  # None: sign unconditionally, on the local clock (tests of the store alone)
         self._sign_lock = threading.Lock()
+        self.receipts_signed = 0  # signatures made since this start (new answers and fresh re-signs)
 
     def standing(self) -> Standing | None:
         return self.watch.current() if self.watch is not None else None
@@ -77,6 +78,7 @@ class Operator:
             "contract": self.client.address,
             "chain_id": self.client.domain.chain_id,
             "receipt_store": f"{self.store.nonce:016x}",
+            "receipts_signed": self.receipts_signed,
             **(standing.to_json() if standing is not None else {"serving": True}),
         }
 
@@ -151,6 +153,7 @@ class Operator:
             store_nonce=self.store.nonce,
         )
         signature = sign_receipt(self._key, self.client.domain, receipt)
+        self.receipts_signed += 1  # under _sign_lock
         return SignedReceipt(self.client.domain, receipt, signature, request, tuple(int(t) for t in output))
 
     def sign(self, request: RequestSpec, output: Sequence[int]) -> SignedReceipt:

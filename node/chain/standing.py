@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 STANDING_POLL_S = 5.0  # how often the chain is asked
 STANDING_MAX_AGE_S = 3 * STANDING_POLL_S  # an answer older than this counts as no answer
+MAX_REASON_CHARS = 200  # a reason is one line of the log and of /health
 
 
 class NotServing(ChainError, Unavailable):
@@ -43,13 +44,30 @@ class Standing:
     clock_offset_s: float = 0.0  # chain time - local time
     bond: int = 0
     notice: str = ""  # something the operator should know that does not stop it
+    reachable: bool = True  # the chain answered this look (False: the other fields are defaults)
+    registered: bool = False
+    unbond_at: int = 0  # unix time the bond may leave; 0: not unbonding
 
     @property
     def serving(self) -> bool:
         return not self.reason
 
+    @property
+    def active(self) -> bool:
+        """Registered and not unbonding: the contract lets the operator serve."""
+        return self.reachable and self.registered and not self.unbond_at
+
     def to_json(self) -> dict:
-        return {"serving": self.serving, "reason": self.reason, "bond_wei": self.bond, "notice": self.notice}
+        return {
+            "serving": self.serving,
+            "reason": self.reason,
+            "chain_reachable": self.reachable,
+            "bond_wei": self.bond,
+            "active": self.active,
+            "unbonding": bool(self.unbond_at),
+            "unbond_at": self.unbond_at,
+            "notice": self.notice,
+        }
 
 
 class StandingWatch:
@@ -59,7 +77,8 @@ class StandingWatch:
         self.client, self.address, self.model_hash, self.poll_s = client, address, model_hash, poll_s
         self._from_block = int(client.w3.eth.block_number) + 1  # slashes before this start were seen at bonding
         self._slashed = ""
-        self._standing = self.check()
+        self._standing: Standing | None = None  # None until the first look, just below
+        self.check()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -68,8 +87,9 @@ class StandingWatch:
         try:
             standing = self._look()
         except (ChainError, OSError, Web3Exception) as exc:
-            standing = Standing(f"the chain does not answer ({type(exc).__name__}: {exc})"[:300], time.monotonic())
-        previous = getattr(self, "_standing", None)
+            reason = f"the chain does not answer ({type(exc).__name__}: {exc})"[:MAX_REASON_CHARS]
+            standing = Standing(reason, time.monotonic(), reachable=False)
+        previous = self._standing
         if previous is None or previous.reason != standing.reason:
             if standing.serving:
                 log.info("operator %s may sign receipts", self.address)
@@ -97,7 +117,9 @@ class StandingWatch:
             reason = reason or f"unbonding (the bond can leave at unix time {info.unbond_at})"
         elif info.model_hash != self.model_hash:
             reason = reason or f"bonded for model 0x{info.model_hash.hex()}, not the served one"
-        return Standing(reason, time.monotonic(), offset, info.bond, self._notice())
+        return Standing(
+            reason, time.monotonic(), offset, info.bond, self._notice(), True, info.registered, info.unbond_at
+        )
 
     def _notice(self) -> str:
         pending = self.client.pending_referee_set()
@@ -113,7 +135,9 @@ class StandingWatch:
         """The latest standing; a stale one (the poller is stuck) means no chain."""
         standing = self._standing
         if standing.serving and time.monotonic() - standing.checked_at > STANDING_MAX_AGE_S:
-            return Standing(f"no answer from the chain for over {STANDING_MAX_AGE_S:.0f} s", standing.checked_at)
+            return Standing(
+                f"no answer from the chain for over {STANDING_MAX_AGE_S:.0f} s", standing.checked_at, reachable=False
+            )
         return standing
 
     def require_serving(self) -> Standing:

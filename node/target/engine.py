@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -26,8 +25,9 @@ from node.chain.receipts import RequestSpec, SignedReceipt
 from node.decoding import check_fits, encode_prompt
 from node.models import ModelPair
 from node.target.config import DEFAULT_MAX_JOBS
+from node.target.counters import EngineCounters, JobHistory, JobRecord, format_stats, new_job_id
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode
-from verifier.errors import InvalidParams, Unavailable, sole_error
+from verifier.errors import InvalidParams, sole_error
 from verifier.model import LanguageModel
 from verifier.noise import MAX_SEED
 from verifier.params import SamplingParams
@@ -41,13 +41,6 @@ log = logging.getLogger(__name__)
 MAX_PROMPT_CHARS = 32_768
 DRAWN_SEED_BOUND = 1 << 53  # seeds the server draws stay exact in JSON/JavaScript numbers, so they can be replayed
 REPLACEMENT_CHAR = "\ufffd"  # what a partial UTF-8 sequence decodes to; held back until completed
-RETRY_AFTER_S = 1  # what a refused client is told to wait (a job of the tiny pair takes well under that)
-
-
-class Overloaded(Unavailable):
-    """The engine runs ``max_jobs`` jobs already: this one is refused now, not queued."""
-
-    retry_after_s = RETRY_AFTER_S
 
 
 @dataclass(frozen=True)
@@ -158,41 +151,6 @@ class TextStream:
         text = self.tokenizer.decode(self.tokens)
         delta, self.emitted = text[self.emitted :], len(text)
         return delta
-
-
-@dataclass
-class EngineCounters:
-    requests: int = 0
-    requests_failed: int = 0
-    tokens_generated: int = 0
-    target_passes: int = 0
-    target_positions: int = 0
-    draft_tokens_proposed: int = 0
-    draft_tokens_accepted: int = 0
-    active_jobs: int = 0
-    requests_refused: int = 0  # refused because max_jobs were running (Overloaded)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def start_job(self, max_jobs: int) -> None:
-        """Count one more running job, or raise Overloaded when ``max_jobs`` already run."""
-        with self._lock:
-            if self.active_jobs >= max_jobs:
-                self.requests_refused += 1
-                raise Overloaded(f"the target is at capacity ({max_jobs} jobs running); retry in {RETRY_AFTER_S} s")
-            self.requests += 1
-            self.active_jobs += 1
-
-    def add(self, result: DecodeResult) -> None:
-        with self._lock:
-            self.tokens_generated += len(result.tokens)
-            self.target_passes += result.stats.target_passes
-            self.target_positions += result.stats.target_positions
-            self.draft_tokens_proposed += result.stats.draft_tokens_proposed
-            self.draft_tokens_accepted += result.stats.draft_tokens_accepted
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
 class TimedProposer:
@@ -314,6 +272,7 @@ class Engine:
         self.drafting = drafting
         self.max_jobs = max_jobs  # jobs at once; one more raises Overloaded (HTTP 503, a libp2p error)
         self.counters = EngineCounters()
+        self.history = JobHistory()
         self.observers: list[JobObserver] = []  # e.g. the HTTP API's latency histograms
 
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
@@ -359,8 +318,11 @@ class Engine:
 
         return flipping_on_token
 
-    async def complete(self, req: CompletionRequest, on_chunk: ChunkSink | None = None) -> CompletionResult:
-        """Run one job. ``on_chunk(tokens, text)`` is awaited in order for every verified chunk."""
+    async def complete(
+        self, req: CompletionRequest, on_chunk: ChunkSink | None = None, job_id: str | None = None
+    ) -> CompletionResult:
+        """Run one job. ``on_chunk(tokens, text)`` is awaited in order for every verified chunk.
+        ``job_id``: the id the caller already told its client (a stream's id); None: a new one."""
         prompt = list(req.prompt) if isinstance(req.prompt, tuple) else encode_prompt(self.pair.tokenizer, req.prompt)
         if max(prompt) >= self.pair.target.vocab_size:
             raise InvalidParams(f"a prompt token id is outside the vocabulary of {self.pair.target.vocab_size}")
@@ -369,7 +331,7 @@ class Engine:
         # temperature and top-p in millionths, exactly as the receipt will name them
         spec = RequestSpec.build(prompt, req.params, seed, req.max_tokens)
         job = JobSpec(spec, self.pair.tokenizer.eos_token_id if req.stop_at_eos else None)
-        job_id = secrets.token_hex(8)
+        job_id = job_id or new_job_id()
         if self.operator is not None:
             self.operator.require_serving()  # before any work: an answer it cannot receipt is refused
         self.counters.start_job(self.max_jobs)
@@ -379,10 +341,11 @@ class Engine:
                 return await self._replay(job_id, job, stored, on_chunk)
             return await self._run_job(job_id, job, on_chunk)
         except BaseExceptionGroup as group:  # trio's nurseries wrap; callers want the one real error
-            self.counters.requests_failed += 1
-            raise sole_error(group) from None
-        except BaseException:
-            self.counters.requests_failed += 1
+            error = sole_error(group)
+            self.counters.count_end(error)
+            raise error from None
+        except BaseException as error:
+            self.counters.count_end(error)
             raise
         finally:
             self.counters.active_jobs -= 1
@@ -448,7 +411,8 @@ class Engine:
         spec = job.request
         tokens = signed.output if signed is not None else result.tokens
         stopped = job.stop_token is not None and tokens[-1:] == (job.stop_token,)
-        log.info("job %s: %d tokens, %s", job_id, len(tokens), stats)
+        log.info("job %s: %d tokens, %s", job_id, len(tokens), format_stats(stats))
+        self.history.add(JobRecord.of(job_id, len(tokens), stats))
         return CompletionResult(
             job=job_id,
             text=self.pair.tokenizer.decode(list(tokens)),

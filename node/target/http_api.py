@@ -37,6 +37,7 @@ from starlette.requests import ClientDisconnect
 from node import safe_json
 from node.target.chat import chat_prompt
 from node.target.config import HTTP_BODY_TIMEOUT_S, HttpLimits
+from node.target.dashboard import ResponseLog, dashboard_view, node_condition
 from node.target.engine import Engine
 from node.target.http_jobs import JSON, JobResponse, error_response, json_response
 from node.target.http_metrics import CONTENT_TYPE, ApiMetrics, StatusFn
@@ -136,6 +137,7 @@ class Routes:
         self.engine, self.status = engine, status
         self.metrics = ApiMetrics(engine, status)
         self.created = int(time.time())
+        self.started = time.monotonic()
         self.body_timeout_s = limits.body_timeout_s if limits is not None else None
         self.write_timeout_s = limits.write_timeout_s if limits is not None else None
 
@@ -164,12 +166,22 @@ class Routes:
         return _json(ModelList(data=[ModelCard(id=self.engine.model_name, created=self.created)]))
 
     async def health(self) -> Response:
-        extra = {k: v for k, v in self.status().items() if k not in Health.model_fields}
+        """200 with ``"status": "ok"`` while the node can serve and honour its receipts; 503 with
+        ``"status": "unavailable"`` and the reason when it cannot (a bonded operator that is slashed,
+        unbonding, unregistered, or whose chain does not answer: it refuses every completion)."""
+        view = self.status()
+        extra = {k: v for k, v in view.items() if k not in Health.model_fields}
         if isinstance(drafters := extra.get("drafters"), dict):  # bounded: peer ids are free to mint
             extra["drafters_total"] = len(drafters)
             extra["drafters"] = dict(list(drafters.items())[:MAX_HEALTH_DRAFTERS])
         active = self.engine.counters.snapshot()["active_jobs"]
-        return _json(Health(model=self.engine.model_name, active_jobs=active, **extra))
+        status, reason = node_condition(view)
+        health = Health(status=status, reason=reason, model=self.engine.model_name, active_jobs=active, **extra)
+        return _json(health, 200 if status == "ok" else 503)
+
+    async def dashboard(self) -> Response:
+        """What the dashboard page shows (``node.target.http_pages``): read-only, the node's own state."""
+        return _json(dashboard_view(self.engine, self.status(), self.started))
 
     async def metrics_text(self) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
@@ -226,9 +238,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def on_error(request: Request, exc: SpecmarketError) -> Response:  # HttpError included
         err = http_error_for(exc) or HttpError(500, "internal server error", code="internal_error")
-        if err.status >= 500:
-            log.warning("request failed: %s", err.message)
-        return _error(err)
+        return _error(err)  # logged with its message by ResponseLog
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.error("unexpected error while serving %s %s", request.method, request.url.path, exc_info=exc)
@@ -249,10 +259,12 @@ def build_app(engine: Engine, status: StatusFn | None = None, limits: HttpLimits
     _post(app, "/v1/chat/completions", routes.chat_completions, ChatBody, ChatCompletion, ChatCompletionChunk)
     app.add_api_route("/v1/models", routes.models, methods=["GET"], response_model=ModelList)
     app.add_api_route("/health", routes.health, methods=["GET"], response_model=Health)
+    app.add_api_route("/api/dashboard", routes.dashboard, methods=["GET"])
     text = {200: {"content": {CONTENT_TYPE.split(";")[0]: {}}, "description": "Prometheus text format 0.0.4"}}
     app.add_api_route("/metrics", routes.metrics_text, methods=["GET"], responses=text, response_class=Response)
     app.openapi = _openapi(app, (CompletionBody, ChatBody, ChatCompletionChunk))  # type: ignore[method-assign]
     _install_error_handlers(app)
+    app.add_middleware(ResponseLog, metrics=routes.metrics)
     return app
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +17,7 @@ from pydantic import BaseModel
 from starlette.types import Message, Receive, Scope, Send
 
 from node.target.config import HTTP_WRITE_TIMEOUT_S
+from node.target.counters import ClientGone, new_job_id
 from node.target.engine import CompletionRequest, CompletionResult, Engine
 from node.target.http_schema import HttpError, Wire, http_error_for
 from verifier.errors import SpecmarketError
@@ -27,10 +27,6 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
 WRITE_TIMEOUT_S = HTTP_WRITE_TIMEOUT_S  # a stream's client must take each event this soon (unless told)
-
-
-class ClientGone(SpecmarketError):
-    """The client disconnected before its response was complete."""
 
 
 class ClientStalled(ClientGone):
@@ -71,12 +67,14 @@ class JobResponse(Response):
         self.engine, self.req, self.wire, self.stream = engine, req, wire, stream
         self.write_timeout_s = WRITE_TIMEOUT_S if write_timeout_s is None else write_timeout_s
         self.started = self.gone = False
+        self.job_id = ""
         self._send: Send | None = None
         self._events: MemoryObjectSendStream[Message] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._send = send
-        head = {"id": self.wire.id_prefix + secrets.token_hex(8), "model": self.engine.model_name}
+        self.job_id = new_job_id()  # the id of the job's log lines, its answer and every event
+        head = {"id": self.wire.id_prefix + self.job_id, "model": self.engine.model_name}
         head["created"] = int(time.time())
         if not self.stream:
             await self._respond(scope, receive, head)
@@ -93,15 +91,14 @@ class JobResponse(Response):
         try:
             result = await self._watched(receive, self._chunker(head) if self.stream else None)
             if not self.stream:
-                head["id"] = self.wire.id_prefix + result.job
                 await json_response(self.wire.answer(head, result))(scope, receive, self._send)
                 return
             await self._event(self.wire.final(head, result))
             await self._put({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
         except ClientStalled as exc:
-            log.info("job cancelled: %s", exc)
+            log.info("job %s cancelled: %s", self.job_id, exc)
         except ClientGone:
-            log.debug("client went away during job")
+            log.info("job %s cancelled: the client went away", self.job_id)
         except SpecmarketError as exc:
             err = http_error_for(exc) or HttpError(500, "internal server error", code="internal_error")
             if not self.started:
@@ -116,7 +113,7 @@ class JobResponse(Response):
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._watch_disconnect, receive, tasks.cancel_scope)
             try:
-                result = await self.engine.complete(self.req, on_chunk)
+                result = await self.engine.complete(self.req, on_chunk, self.job_id)
             except SpecmarketError as exc:  # re-raised below, outside the task group's exception group
                 error = exc
             tasks.cancel_scope.cancel()

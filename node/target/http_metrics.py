@@ -1,31 +1,64 @@
-"""``GET /metrics``: the engine's counters, per-drafter series and latency histograms, with
-``prometheus_client`` on a registry of the app's own (several nodes can share one process)."""
+"""``GET /metrics``: the engine's counters, per-drafter series, the operator's standing on the chain,
+HTTP responses by status code and latency histograms, with ``prometheus_client`` on a registry of
+the app's own (several nodes can share one process). Names follow Prometheus' conventions: base
+units (seconds, wei), ``_total`` only on counters, ``_ratio`` for fractions."""
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from node.target.engine import Engine
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
-METRIC_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-GAUGE_SUFFIXES = ("_ms", "_seconds", "_rate", "_ratio", "_score")
 ENGINE_METRICS = (  # (EngineCounters field, metric name, counter?, help)
     ("requests", "requests_total", True, "Completion jobs started."),
-    ("requests_failed", "requests_failed_total", True, "Completion jobs that failed or were cancelled."),
+    ("requests_failed", "requests_failed_total", True, "Completion jobs that ended in an error."),
+    ("requests_cancelled", "requests_cancelled_total", True, "Jobs cancelled: the client went away or stalled."),
+    ("requests_refused", "requests_refused_total", True, "Jobs refused because max_jobs were running (503)."),
     ("tokens_generated", "tokens_generated_total", True, "Verified tokens generated."),
     ("target_passes", "target_passes_total", True, "Target model forward passes."),
     ("target_positions", "target_positions_total", True, "Positions scored by the target (prefill included)."),
     ("draft_tokens_proposed", "draft_tokens_proposed_total", True, "Draft tokens proposed by drafters."),
     ("draft_tokens_accepted", "draft_tokens_accepted_total", True, "Draft tokens accepted by verification."),
     ("active_jobs", "active_jobs", False, "Completion jobs running now."),
+)
+# (registry snapshot field, metric name, counter?, scale, help): counters only for fields that never
+# reset while the peer is known (the trial window's proposed/matched reset at a bench: gauges)
+DRAFTER_METRICS = (
+    ("lifetime_proposed", "drafter_proposed_tokens_total", True, 1, "Draft tokens received from the peer."),
+    ("lifetime_matched", "drafter_matched_tokens_total", True, 1, "Of those, tokens that matched the output."),
+    ("accepted", "drafter_accepted_tokens_total", True, 1, "Draft tokens accepted in verified drafts."),
+    ("credited_tokens", "drafter_credited_tokens_total", True, 1, "Tokens credited in the ledger (lifetime)."),
+    ("rounds", "drafter_rounds_total", True, 1, "Rounds whose draft arrived in time."),
+    ("timeouts", "drafter_timeouts_total", True, 1, "Rounds that reached the deadline without a draft."),
+    ("late", "drafter_late_rounds_total", True, 1, "Rounds closed on a better peer's draft before this one's."),
+    ("errors", "drafter_errors_total", True, 1, "Protocol violations and dropped streams."),
+    ("refusals", "drafter_refusals_total", True, 1, "Sessions refused because the peer was full."),
+    ("jobs", "drafter_jobs_total", True, 1, "Jobs the peer was asked to draft for."),
+    ("bench_count", "drafter_benched_total", True, 1, "Times the peer was benched."),
+    ("proposed", "drafter_window_proposed_tokens", False, 1, "Draft tokens received in the trial window."),
+    ("matched", "drafter_window_matched_tokens", False, 1, "Of those, tokens that matched the output."),
+    ("match_rate", "drafter_match_ratio", False, 1, "Posterior mean match rate in the trial window."),
+    ("consecutive_failures", "drafter_consecutive_failures", False, 1, "Timeouts and errors since the last draft."),
+    ("latency_ms", "drafter_latency_seconds", False, 1e-3, "EWMA of the draft round trip."),
+    ("benched", "drafter_benched", False, 1, "1 while the peer is benched."),
+    ("bench_remaining_s", "drafter_bench_remaining_seconds", False, 1, "Time left on the peer's bench."),
+    ("busy", "drafter_busy", False, 1, "1 while the peer is skipped for having refused (full)."),
+)
+# (operator field of /health, metric name, counter?, help)
+OPERATOR_METRICS = (
+    ("serving", "operator_serving", False, "1 while the operator may sign receipts (else answers are refused)."),
+    ("chain_reachable", "chain_reachable", False, "1 while the chain answers the operator's watch."),
+    ("active", "operator_active", False, "1 while registered and not unbonding."),
+    ("unbonding", "operator_unbonding", False, "1 once the operator asked to unbond."),
+    ("bond_wei", "operator_bond_wei", False, "The operator's bond on the chain, in wei."),
+    ("receipts_signed", "receipts_signed_total", True, "Receipts signed since this start."),
 )
 TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -38,7 +71,7 @@ def _is_number(value: Any) -> bool:
 
 
 class EngineCollector:
-    """Reads the engine's counters and the node's drafter view at every scrape."""
+    """Reads the engine's counters and the node's drafter and operator view at every scrape."""
 
     def __init__(self, engine: Engine, status: StatusFn) -> None:
         self.engine, self.status = engine, status
@@ -46,32 +79,34 @@ class EngineCollector:
     def collect(self) -> Iterator[Metric]:
         counters = self.engine.counters.snapshot()
         for key, name, counter, help_text in ENGINE_METRICS:
-            family = CounterMetricFamily if counter else GaugeMetricFamily
-            yield family(f"specmarket_{name}", help_text, value=counters.get(key, 0))
-        drafters = self.status().get("drafters")
+            yield _family(counter)(f"specmarket_{name}", help_text, value=counters.get(key, 0))
+        view = self.status()
+        drafters = view.get("drafters")
         drafters = drafters if isinstance(drafters, dict) else {}
         yield GaugeMetricFamily("specmarket_drafters_known", "Drafter peers the target knows of.", value=len(drafters))
         yield from _drafter_families(drafters)
+        operator = view.get("operator")
+        if isinstance(operator, dict):
+            for key, name, counter, help_text in OPERATOR_METRICS:
+                if _is_number(value := operator.get(key)) or type(value) is bool:
+                    yield _family(counter)(f"specmarket_{name}", help_text, value=int(value))
+
+
+def _family(counter: bool) -> type[CounterMetricFamily] | type[GaugeMetricFamily]:
+    return CounterMetricFamily if counter else GaugeMetricFamily
 
 
 def _drafter_families(drafters: dict[str, Any]) -> Iterator[Metric]:
-    """One family per numeric drafter field, a sample per peer: counters for integer totals, gauges
-    for rates, latencies and any float."""
-    series: dict[str, list[tuple[str, int | float]]] = {}
-    for peer in sorted(drafters, key=str):
-        stats = drafters[peer]
-        for key, value in stats.items() if isinstance(stats, dict) else ():
-            if isinstance(key, str) and METRIC_NAME.fullmatch(key) and _is_number(value):
-                series.setdefault(key, []).append((str(peer), value))
-    for key, samples in sorted(series.items()):
-        gauge = key.endswith(GAUGE_SUFFIXES) or any(type(v) is float for _, v in samples)
-        name = f"specmarket_drafter_{key}" if gauge or key.endswith("_total") else f"specmarket_drafter_{key}_total"
-        family = (GaugeMetricFamily if gauge else CounterMetricFamily)(
-            name, f"Per-drafter {key.replace('_', ' ')}.", labels=["peer"]
-        )
-        for peer, value in samples:
-            family.add_metric([peer], value)
-        yield family
+    """One family per field of ``DRAFTER_METRICS``, a sample per peer that has a number for it."""
+    rows = [(str(peer), stats) for peer, stats in sorted(drafters.items(), key=lambda kv: str(kv[0]))]
+    for key, name, counter, scale, help_text in DRAFTER_METRICS:
+        family = _family(counter)(f"specmarket_{name}", help_text, labels=["peer"])
+        for peer, stats in rows:
+            value = stats.get(key) if isinstance(stats, dict) else None
+            if type(value) is bool or _is_number(value):
+                family.add_metric([peer], value * scale)
+        if family.samples:
+            yield family
 
 
 class ApiMetrics:
@@ -98,7 +133,16 @@ class ApiMetrics:
             buckets=TOKEN_BUCKETS,
             registry=self.registry,
         )
+        self.responses = Counter(
+            "specmarket_http_responses",
+            "HTTP responses sent, by status code.",
+            ["code"],
+            registry=self.registry,
+        )
         engine.observers.append(self)
+
+    def response(self, status: int) -> None:
+        self.responses.labels(code=str(status)).inc()
 
     def first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)

@@ -26,7 +26,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from node.target.chat import ROLES
-from node.target.engine import MAX_PROMPT_CHARS, CompletionRequest, CompletionResult, Overloaded
+from node.target.counters import Overloaded
+from node.target.engine import MAX_PROMPT_CHARS, CompletionRequest, CompletionResult
 from p2p.messages import MAX_NEW_TOKENS
 from verifier.errors import ContextTooLong, InvalidParams, SpecmarketError, Unavailable, error_leaves
 
@@ -361,11 +362,13 @@ class ModelList(BaseModel):
 
 
 class Health(BaseModel):
-    """``status``, ``model`` and ``active_jobs``, plus the node's view (peer id, drafters, operator)."""
+    """``status`` (and why, when not ok), ``model`` and ``active_jobs``, plus the node's view (peer
+    id, drafters, and the operator: bond, active, unbonding, chain reachability, receipts signed)."""
 
     model_config = ConfigDict(extra="allow")
 
-    status: Literal["ok"] = "ok"
+    status: Literal["ok", "unavailable"] = "ok"
+    reason: str = ""  # why the node cannot serve ("" when ok)
     model: str
     active_jobs: int
 

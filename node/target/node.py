@@ -22,6 +22,7 @@ from node.chain.operator import Operator, open_operator
 from node.models import ModelPair, load_pair
 from node.runtime import holding_port
 from node.target.config import TargetConfig
+from node.target.counters import ClientGone
 from node.target.engine import CompletionRequest, Engine
 from node.target.http_api import build_app, serve_http
 from node.target.market import MarketDrafting
@@ -104,6 +105,8 @@ class TargetNode:
             log.warning("generate stream from %s: invalid request: %s", peer, exc)
             with contextlib.suppress(StreamFailed):
                 await fs.send(Error(f"invalid request: {exc}"[:MAX_ERROR_CHARS]), CLIENT_SEND_TIMEOUT_S)
+        except ClientGone as exc:
+            log.info("generate stream from %s: job cancelled: %s", peer, exc)
         except StreamFailed as exc:
             log.warning("generate stream from %s dropped: %s", peer, exc)
         finally:
@@ -126,12 +129,15 @@ class TargetNode:
         assert self.engine is not None
 
         async def on_chunk(tokens: tuple[int, ...], text: str) -> None:
-            await fs.send(Chunk(tokens, text), CLIENT_SEND_TIMEOUT_S)
+            try:
+                await fs.send(Chunk(tokens, text), CLIENT_SEND_TIMEOUT_S)
+            except StreamFailed as exc:  # the job is cancelled, not failed
+                raise ClientGone(f"the client's stream failed: {exc}") from exc
 
         try:
             creq = CompletionRequest(req.prompt, req.max_new_tokens, req.temperature, req.top_p, req.top_k, req.seed)
             result = await self.engine.complete(creq, on_chunk)
-        except StreamFailed:
+        except (StreamFailed, ClientGone):
             raise
         except SpecmarketError as exc:
             await fs.send(Error(str(exc)), CLIENT_SEND_TIMEOUT_S)
