@@ -12,7 +12,7 @@ import pytest
 from node.models import ModelLoadError, load_pair
 from node.pairs import MODELS_DIR
 from node.training.corpus import encode_files, split_corpus
-from node.training.loop import greedy_acceptance, heldout_loss
+from node.training.loop import heldout_figures
 from verifier.errors import ModelMismatch
 
 MANIFEST = json.loads((MODELS_DIR / "MANIFEST.json").read_text())
@@ -49,10 +49,10 @@ def test_heldout_numbers_are_reproducible(pair):
     manifest's figures are measurements, not hand-written numbers."""
     heldout = encode_files(pair.tokenizer, split_corpus().heldout)
     assert len(heldout) == MANIFEST["corpus"]["heldout_tokens"]
-    target, draft = pair.target.model, pair.draft.model
-    assert abs(heldout_loss(target, heldout) - MANIFEST["target"]["heldout_loss"]) < REPRODUCE_TOLERANCE
-    assert abs(heldout_loss(draft, heldout) - MANIFEST["draft"]["heldout_loss"]) < REPRODUCE_TOLERANCE
-    assert abs(greedy_acceptance(target, draft, heldout) - MANIFEST["greedy_acceptance"]) < REPRODUCE_TOLERANCE
+    figures = heldout_figures(pair.target.model, pair.draft.model, heldout)
+    assert abs(figures.target_loss - MANIFEST["target"]["heldout_loss"]) < REPRODUCE_TOLERANCE
+    assert abs(figures.draft_loss - MANIFEST["draft"]["heldout_loss"]) < REPRODUCE_TOLERANCE
+    assert abs(figures.greedy_acceptance - MANIFEST["greedy_acceptance"]) < REPRODUCE_TOLERANCE
 
 
 def _tiny_model_dir(path: Path, vocab_size: int, tokenizer) -> Path:

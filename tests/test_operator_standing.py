@@ -14,7 +14,7 @@ import sqlite3
 
 import pytest
 import trio
-from chainutil import chain_now, deployed_chain, request, sign_raw, warp
+from chainutil import chain_now, challenge_now, deployed_chain, request, sign_raw, warp
 from eth_account import Account
 from httputil import metrics, post_json, serving
 from httputil import request as http_request
@@ -152,7 +152,12 @@ def test_health_and_metrics_show_the_bond_and_turn_unavailable_once_slashed(chai
         samples, _, _ = metrics(urls["bonded"])
         assert samples["specmarket_operator_serving"] == samples["specmarket_operator_active"] == 1
         assert samples["specmarket_receipts_signed_total"] == 1 and samples["specmarket_chain_reachable"] == 1
-        assert samples["specmarket_operator_bond_wei"] == bonded["bond_wei"]
+        assert samples["specmarket_operator_bond_wei"] == bonded["bond_wei"] and bonded["challenges"] == []
+        challenged = challenge_now(chain, key, operator.model_hash, request(seed=3), (1, 2))
+        operator.watch.check()
+        (row,) = json.loads(http_request(urls["bonded"], "GET", "/health")[2])["operator"]["challenges"]
+        assert row["id"] == challenged and row["state"] == "open" and row["position"] == 0
+        assert row["deadline"] == row["opened_at"] + chain.client.config().resolve_timeout
         spec = request(seed=2)
         twins = [sign_raw(key, chain, spec, (t,), operator.model_hash) for t in (1, 2)]
         chain.client.slash_equivocation(dev_key(7), *twins)

@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from web3.exceptions import Web3Exception
 
 from node.chain import ChainError
+from node.chain.challenges import ChallengeRow, newest, rows_of
 from node.chain.client import BondClient
 from verifier.errors import Unavailable
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 STANDING_POLL_S = 5.0  # how often the chain is asked
 STANDING_MAX_AGE_S = 3 * STANDING_POLL_S  # an answer older than this counts as no answer
 MAX_REASON_CHARS = 200  # a reason is one line of the log and of /health
+MAX_SHOWN_CHALLENGES = 20  # the newest challenges against the operator, for /health and the dashboard
 
 
 class NotServing(ChainError, Unavailable):
@@ -47,6 +49,7 @@ class Standing:
     reachable: bool = True  # the chain answered this look (False: the other fields are defaults)
     registered: bool = False
     unbond_at: int = 0  # unix time the bond may leave; 0: not unbonding
+    challenges: tuple[ChallengeRow, ...] = ()  # the newest against this operator, newest first
 
     @property
     def serving(self) -> bool:
@@ -67,6 +70,7 @@ class Standing:
             "unbonding": bool(self.unbond_at),
             "unbond_at": self.unbond_at,
             "notice": self.notice,
+            "challenges": [asdict(row) for row in self.challenges],
         }
 
 
@@ -77,6 +81,8 @@ class StandingWatch:
         self.client, self.address, self.model_hash, self.poll_s = client, address, model_hash, poll_s
         self._from_block = int(client.w3.eth.block_number) + 1  # slashes before this start were seen at bonding
         self._slashed = ""
+        self._challenge_ids: set[int] = set()
+        self._challenges_from = 0  # all of them, from the chain's start
         self._standing: Standing | None = None  # None until the first look, just below
         self.check()
         self._stop = threading.Event()
@@ -117,9 +123,25 @@ class StandingWatch:
             reason = reason or f"unbonding (the bond can leave at unix time {info.unbond_at})"
         elif info.model_hash != self.model_hash:
             reason = reason or f"bonded for model 0x{info.model_hash.hex()}, not the served one"
+        challenges = tuple(rows_of(self.client, newest(self._challenged(latest), MAX_SHOWN_CHALLENGES)))
         return Standing(
-            reason, time.monotonic(), offset, info.bond, self._notice(), True, info.registered, info.unbond_at
+            reason,
+            time.monotonic(),
+            offset,
+            info.bond,
+            self._notice(),
+            registered=info.registered,
+            unbond_at=info.unbond_at,
+            challenges=challenges,
         )
+
+    def _challenged(self, latest: int) -> list[int]:
+        """Ids of every challenge against this operator, oldest first (new events read since the last look)."""
+        if self._challenges_from <= latest:
+            events = self.client.events("ChallengeOpened", self._challenges_from, latest, operator=self.address)
+            self._challenge_ids.update(int(e["id"]) for e in events)
+            self._challenges_from = latest + 1
+        return sorted(self._challenge_ids)
 
     def _notice(self) -> str:
         pending = self.client.pending_referee_set()

@@ -136,25 +136,34 @@ def _eval_windows(data: np.ndarray, max_tokens: int, block: int) -> list[torch.T
     return [torch.from_numpy(data[s : s + block + 1].astype(np.int64))[None] for s in range(0, n - block, block)]
 
 
-@torch.no_grad()
-def heldout_loss(model, data: np.ndarray, max_tokens: int = 200_000, block: int = N_POSITIONS) -> float:
-    """Mean next-token cross-entropy (nats) over non-overlapping held-out windows."""
-    total, count = 0.0, 0
-    for window in _eval_windows(data, max_tokens, block):
-        logits = model(input_ids=window[:, :-1]).logits[0]
-        total += F.cross_entropy(logits, window[0, 1:], reduction="sum").item()
-        count += window.shape[1] - 1
-    return total / max(1, count)
+LOSS_TOKENS = 200_000  # held-out tokens the losses are measured on (the first ones)
+ACCEPTANCE_TOKENS = 100_000  # and the greedy acceptance
+
+
+@dataclass(frozen=True)
+class HeldoutFigures:
+    target_loss: float  # mean next-token cross-entropy (nats)
+    draft_loss: float
+    greedy_acceptance: float  # fraction of positions where draft argmax == target argmax (teacher forced)
 
 
 @torch.no_grad()
-def greedy_acceptance(target, draft, data: np.ndarray, max_tokens: int = 100_000, block: int = N_POSITIONS) -> float:
-    """Fraction of held-out positions where draft argmax == target argmax (teacher forced)."""
-    agree, count = 0, 0
-    for window in _eval_windows(data, max_tokens, block):
-        inputs = window[:, :-1]
-        target_argmax = target(input_ids=inputs).logits.argmax(-1)
-        draft_argmax = draft(input_ids=inputs).logits.argmax(-1)
-        agree += int((target_argmax == draft_argmax).sum())
-        count += target_argmax.numel()
-    return agree / max(1, count)
+def heldout_figures(target, draft, data: np.ndarray, block: int = N_POSITIONS) -> HeldoutFigures:
+    """The manifest's held-out figures over non-overlapping windows: each model scores each window
+    once, for its loss (the first LOSS_TOKENS) and the acceptance (the first ACCEPTANCE_TOKENS)."""
+    windows = _eval_windows(data, LOSS_TOKENS, block)
+    agreeing = len(_eval_windows(data, ACCEPTANCE_TOKENS, block))  # a prefix of ``windows``
+    loss = {"target": 0.0, "draft": 0.0}
+    positions = agree = compared = 0
+    for i, window in enumerate(windows):
+        inputs, labels = window[:, :-1], window[0, 1:]
+        target_logits, draft_logits = target(input_ids=inputs).logits, draft(input_ids=inputs).logits
+        loss["target"] += F.cross_entropy(target_logits[0], labels, reduction="sum").item()
+        loss["draft"] += F.cross_entropy(draft_logits[0], labels, reduction="sum").item()
+        positions += window.shape[1] - 1
+        if i < agreeing:
+            agree += int((target_logits.argmax(-1) == draft_logits.argmax(-1)).sum())
+            compared += inputs.numel()
+    return HeldoutFigures(
+        loss["target"] / max(1, positions), loss["draft"] / max(1, positions), agree / max(1, compared)
+    )

@@ -25,8 +25,7 @@ from node.training.loop import (
     TARGET_SHAPE,
     TrainConfig,
     build_model,
-    greedy_acceptance,
-    heldout_loss,
+    heldout_figures,
     train,
 )
 
@@ -94,12 +93,13 @@ def run(cfg: PipelineConfig) -> dict:
     train(draft, train_ids, draft_cfg, cfg.work_dir / "draft.ckpt", teacher=target, desc="draft (distil)")
 
     log.info("evaluating on held-out files")
+    figures = heldout_figures(target, draft, heldout_ids)
     metrics = {
         "target": {
             "shape": asdict(TARGET_SHAPE),
             "parameters": target.num_parameters(),
             "training_tokens": target_cfg.steps * target_cfg.batch_size * target_cfg.block_size,
-            "heldout_loss": round(heldout_loss(target, heldout_ids), 4),
+            "heldout_loss": round(figures.target_loss, 4),
         },
         "draft": {
             "shape": asdict(DRAFT_SHAPE),
@@ -107,9 +107,9 @@ def run(cfg: PipelineConfig) -> dict:
             "training_tokens": draft_cfg.steps * draft_cfg.batch_size * draft_cfg.block_size,
             "distilled_from": "target",
             "distill_weight": draft_cfg.distill_weight,
-            "heldout_loss": round(heldout_loss(draft, heldout_ids), 4),
+            "heldout_loss": round(figures.draft_loss, 4),
         },
-        "greedy_acceptance": round(greedy_acceptance(target, draft, heldout_ids), 4),
+        "greedy_acceptance": round(figures.greedy_acceptance, 4),
     }
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(cfg.out_dir / "tokenizer")
