@@ -27,10 +27,12 @@ def test_deploy_script_starts_anvil_deploys_and_chain_down_stops_it(tmp_path):
         assert deployed.returncode == 0, deployed.stderr
         record = json.loads((tmp_path / "dep" / "31337.json").read_text())
         assert record["config"]["slash_amount"] == 5 * 10**17 and record["threshold"] == 3
-        status = run("-m", "node", "chain", "status", *where)
+        status = run("-m", "node", "chain", "status", "--json", *where)
         assert status.returncode == 0, status.stderr
         shown = json.loads(status.stdout)
         assert shown["contract"] == record["address"] and shown["threshold"] == 3 and len(shown["referees"]) == 3
+        assert shown["config"]["slash_amount"] == "0.5 ETH" and shown["config"]["challenger_bond"] == "0.1 ETH"
+        assert shown["challenge_count"] == 0 and shown["challenges"] == []
         up = run("-m", "node", "chain", "up", *where, *state)
         assert up.returncode == 0 and "deployment current" in up.stdout
     finally:

@@ -6,22 +6,42 @@
 - challenges are handled earliest deadline first;
 - a high-s twin of a referee's verdict signature planted in the shared pool is ignored;
 - the referee reads new events from a persisted block cursor, not from block 0, and a restart does
-  not forget a challenge that is still open.
+  not forget a challenge that is still open;
+- a referee whose RPC endpoint stops answering backs off and logs a few short lines, not one long
+  line a second, and judges again once the chain answers.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
-from chainutil import challenge_now, deployed_chain, new_operator, warp, wrong_answer_challenge
+from chainutil import (
+    WRONG_ANSWER_PROMPT,
+    challenge_now,
+    deployed_chain,
+    free_port,
+    new_operator,
+    warp,
+    wrong_answer_challenge,
+)
+from web3 import HTTPProvider
 
+from node.chain.client import BondClient, connect
 from node.chain.deployment import DEV_REFEREES, BondConfig, dev_key
 from node.chain.receipts import SECP256K1_N, Disputed, RequestSpec
-from node.chain.referee import Referee
+from node.chain.referee import Referee, backoff_delay
 from node.models import TINY_TARGET, model_hash
+from verifier.params import SamplingParams
 
 RESOLVE_TIMEOUT_S = 600  # shorter than the challenge window, so a warp past it keeps receipts challengeable
+OUTAGE_S = 6.0  # how long the referee's RPC endpoint refuses connections
+OUTAGE_POLL_S = 1.0  # the referee's poll interval (the default)
+MAX_OUTAGE_LINES = 4  # warnings it may log over the outage: it used to log one a poll
+MAX_LINE_CHARS = 200
+RECOVERY_S = 20.0  # longest wait for the verdict once the chain answers again
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +147,42 @@ def test_referee_reads_from_its_block_cursor_and_remembers_open_challenges_succe
     finally:
         chain.client.events = events
     assert scanned == [latest + 1]  # new events only: not from block 0
+
+
+def test_referee_backs_off_quietly_while_its_chain_is_unreachable_and_judges_again_after_succeeds(
+    chain, pair, committed, operator_key, tmp_path, caplog
+):
+    prompt = [pair.tokenizer.eos_token_id, *pair.tokenizer.encode(WRONG_ANSWER_PROMPT)]
+    pair.target.reset()
+    wrong = int(pair.target.extend(prompt)[-1].argmin())  # now: the watcher shares the model later
+    spec = RequestSpec.build(prompt, SamplingParams(0.0), 8, 1)
+    client = BondClient(connect(chain.rpc), chain.client.address)  # the referee's own endpoint
+    referee = Referee(client, [dev_key(i) for i in DEV_REFEREES[:2]], pair.target, committed, tmp_path / "pool")
+    outcomes, stop, served = [], threading.Event(), client.w3.provider
+    watcher = threading.Thread(target=referee.watch, args=(stop, OUTAGE_POLL_S, outcomes.append), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="node.chain.referee"):
+        watcher.start()
+        time.sleep(2 * OUTAGE_POLL_S)  # good rounds first (challenges left open by the tests above)
+        first = len(caplog.records)
+        client.w3.provider = HTTPProvider(f"http://127.0.0.1:{free_port()}")  # nothing listens there
+        cid = challenge_now(chain, operator_key, committed, spec, (wrong,))  # opened while it cannot see
+        time.sleep(OUTAGE_S)
+        during = [r.getMessage() for r in caplog.records[first:]]
+        client.w3.provider = served
+        deadline = time.monotonic() + RECOVERY_S
+        while not any(o.challenge_id == cid and o.resolved for o in outcomes) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        watcher.join(timeout=10)
+    assert not watcher.is_alive()
+    assert 1 <= len(during) <= MAX_OUTAGE_LINES, during
+    assert all(len(line) < MAX_LINE_CHARS for line in during), during
+    assert "unreachable (ConnectionError: [Errno" in during[0] and "refused); retrying in 1 s" in during[0]
+    assert any(o.challenge_id == cid and o.resolved and o.operator_at_fault for o in outcomes)  # judged after
+    assert sum("reachable again" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_backoff_doubles_from_the_poll_interval_up_to_its_cap():
+    assert [backoff_delay(1.0, n) for n in range(1, 8)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert backoff_delay(0.1, 10**6) == 30.0  # no overflow after months of failures
+    assert backoff_delay(60.0, 3) == 60.0  # never shorter than the poll interval

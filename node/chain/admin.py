@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from node.chain import ChainError
 from node.chain.anvil import ANVIL_CHAIN_ID, chain_id_at, ensure_anvil
 from node.chain.challenger import challenge_receipt, read_receipt_file, wait_for_outcome
+from node.chain.challenges import DEFAULT_LIMIT, challenge_ids, challenge_table, newest, rows_of, span, utc
 from node.chain.client import BondClient, connect, deploy
 from node.chain.config import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
 from node.chain.deployment import (
@@ -32,6 +34,9 @@ from node.chain.referee import Referee
 from node.models import load_model_dir, model_hash
 
 log = logging.getLogger(__name__)
+
+AMOUNT_FIELDS = ("min_bond", "challenger_bond", "slash_amount")  # BondConfig's amounts: shown in ETH
+DURATION_FIELDS = ("challenge_window", "resolve_timeout", "unbonding_delay", "referee_set_delay")
 
 
 def role_keys(files: Sequence[Path] | None, chain_id: int, dev_indices: Sequence[int], role: str) -> list[bytes]:
@@ -78,29 +83,29 @@ def ensure_deployed(chain: ChainConfig, cfg: DeployConfig) -> tuple[bool, Deploy
         return started, deploy_fresh(chain, cfg)[0]
 
 
-def chain_status(chain: ChainConfig) -> dict[str, Any]:
-    """The chain, the contract, its config, referees, operators and challenge count (JSON-ready)."""
+def chain_status(chain: ChainConfig, operator: str | None = None, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
+    """The chain, the contract, its config, referees, operators and the newest ``limit`` challenges
+    (against ``operator`` when given) with their total count; JSON-ready, every amount in ETH."""
     chain_id = chain_id_at(chain.rpc)
     if chain_id is None:
         raise ChainError(f"nothing answers at {chain.rpc}: run `specmarket chain up`")
     client = bond_client(chain)
-    cfg = client.config()
+    cfg, ids = client.config(), challenge_ids(client, operator)
     return {
         "rpc": chain.rpc,
         "chain_id": chain_id,
         "block": client.w3.eth.block_number,
+        "chain_time": client.chain_time(),
         "contract": client.address,
-        "config": {
-            **cfg.__dict__,
-            "min_bond": format_ether(cfg.min_bond),
-            "slash_amount": format_ether(cfg.slash_amount),
-        },
+        "config": {**asdict(cfg), **{name: format_ether(getattr(cfg, name)) for name in AMOUNT_FIELDS}},
         "referee_epoch": client.referee_epoch(),
         "referees": client.referees(),
         "threshold": client.threshold(),
         "pending_referee_set": _pending_row(client),
         "operators": {e["operator"]: _operator_row(client, e["operator"]) for e in client.events("OperatorRegistered")},
-        "challenges": len(client.events("ChallengeOpened")),
+        "challenge_count": len(ids),
+        "challenges_of": operator,
+        "challenges": [row.to_json() for row in rows_of(client, newest(ids, limit))],
     }
 
 
@@ -115,6 +120,41 @@ def _pending_row(client: BondClient) -> dict[str, Any] | None:
 def _operator_row(client: BondClient, address: str) -> dict[str, Any]:
     info = client.operator_info(address)
     return {"active": info.active, "bond": format_ether(info.bond), "open_challenges": info.open_challenges}
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """``chain_status``'s answer as text for a person: a few lines and a table of challenges."""
+    cfg, now = status["config"], int(status["chain_time"])
+    lines = [
+        f"chain {status['chain_id']} at {status['rpc']}: block {status['block']}, chain time {utc(now)}",
+        f"contract {status['contract']}",
+        f"bonds: min bond {cfg['min_bond']}, slash {cfg['slash_amount']}, challenger bond {cfg['challenger_bond']}, "
+        f"challenger reward {cfg['challenger_reward_bps'] / 100:g} % of a slash; treasury {cfg['treasury']}",
+        "times: " + ", ".join(f"{name.replace('_', ' ')} {span(int(cfg[name]))}" for name in DURATION_FIELDS),
+        f"referees (epoch {status['referee_epoch']}, {status['threshold']} of {len(status['referees'])} decide): "
+        + ", ".join(status["referees"]),
+    ]
+    if (pending := status["pending_referee_set"]) is not None:
+        lines.append(
+            f"proposed referee set ({pending['threshold']} of {len(pending['referees'])}): "
+            f"{', '.join(pending['referees'])}; can be activated from {utc(pending['takes_effect_at'])}"
+        )
+    operators = status["operators"]
+    lines.append(f"operators ({len(operators)}):" if operators else "operators: none registered")
+    for address, row in operators.items():
+        state = "active" if row["active"] else "inactive"
+        lines.append(f"  {address}  {state}  bond {row['bond']}  open challenges {row['open_challenges']}")
+    lines.extend(_challenge_lines(status, now))
+    return "\n".join(lines)
+
+
+def _challenge_lines(status: dict[str, Any], now: int) -> list[str]:
+    rows, count = status["challenges"], status["challenge_count"]
+    against = f" against {status['challenges_of']}" if status["challenges_of"] else ""
+    if not count:
+        return [f"challenges{against}: none"]
+    shown = "" if len(rows) == count else f", the newest {len(rows)} shown (--limit N)"
+    return [f"challenges{against}: {count}{shown}"] + ["  " + line for line in challenge_table(rows, now)]
 
 
 def open_referee(chain: ChainConfig, cfg: RefereeConfig) -> Referee:

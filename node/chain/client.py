@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from eth_abi import decode as abi_decode
 from eth_account import Account
@@ -99,12 +100,25 @@ class TxResult:
     logs: tuple[Any, ...]
 
 
+def shown_rpc(rpc: str) -> str:
+    """An RPC URL as logs and errors show it: scheme, host and port only. A hosted endpoint carries
+    its API key in the path, the query or the user part (``https://…/v2/<key>``), and keys are
+    never logged."""
+    parts = urlsplit(rpc)
+    if not parts.scheme or not parts.hostname:
+        return "<an RPC URL>"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    port = f":{parts.port}" if parts.port else ""
+    hidden = "/…" if parts.path.strip("/") or parts.query or parts.username or parts.password else ""
+    return f"{parts.scheme}://{host}{port}{hidden}"
+
+
 def connect(rpc: str) -> Web3:
     w3 = Web3(HTTPProvider(rpc, request_kwargs={"timeout": RPC_TIMEOUT_S}))
     try:
         w3.eth.chain_id  # noqa: B018  (fails fast when nothing answers)
     except (OSError, Web3Exception) as exc:
-        raise ChainError(f"no Ethereum JSON-RPC endpoint answers at {rpc} ({type(exc).__name__})") from exc
+        raise ChainError(f"no Ethereum JSON-RPC endpoint answers at {shown_rpc(rpc)} ({type(exc).__name__})") from exc
     return w3
 
 

@@ -13,13 +13,19 @@ window has closed is skipped (its challenger can refund it), and a revert is log
 goes on. Challenges are handled earliest deadline first. New events are read from a block cursor,
 kept with the ids still open in ``<pool>/<chain>-<contract>/cursor-<address>.json``, so a restart
 neither rescans the chain from block 0 nor forgets an open challenge.
+
+A chain that stops answering never floods the log: the watch loop waits longer after each failed
+round (from its poll interval up to ``BACKOFF_MAX_S``), logs one short line when the chain goes
+away, one when the wait grows, a reminder every ``OUTAGE_REMINDER_S``, and one when it is back.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,7 +34,7 @@ from web3.exceptions import Web3Exception
 
 from node.chain import ChainError
 from node.chain.audit import Judgement, judge_step
-from node.chain.client import BondClient, ChainRevert, ChallengeStatus
+from node.chain.client import BondClient, ChainRevert, ChallengeStatus, shown_rpc
 from node.chain.config import DEFAULT_POLL_S
 from node.chain.receipts import MICROS, Disputed, ReceiptError, check_canonical, sign_verdict, verdict_signable
 from node.models import HFCausalLM
@@ -38,6 +44,11 @@ from verifier.params import SamplingParams
 log = logging.getLogger(__name__)
 
 MAX_SIG_FILE_BYTES = 256
+BACKOFF_FACTOR = 2  # each failed round in a row multiplies the wait before the next one ...
+BACKOFF_MAX_S = 30.0  # ... up to this
+OUTAGE_REMINDER_S = 600.0  # while the chain stays away at the longest wait, say so this often
+REASON_CHARS = 100  # of an error's text in a log line
+ERRNO_REASON = re.compile(r"\[Errno -?\d+\][^'\")]*")  # "[Errno 111] Connection refused" inside requests' text
 
 
 @dataclass(frozen=True)
@@ -218,17 +229,72 @@ class Referee:
         return outcomes
 
     def watch(self, stop: threading.Event, poll_s: float = DEFAULT_POLL_S, on_outcome=None) -> None:
-        """Handle challenges as they open until ``stop`` is set; ``on_outcome`` hears of each change."""
+        """Handle challenges as they open until ``stop`` is set; ``on_outcome`` hears of each change.
+        A failed round (the chain went away: requests' errors are OSErrors; or a transaction
+        failed) is retried after a wait that grows while the failures go on (``Outage``)."""
         seen: set[tuple] = set()
+        outage = Outage(poll_s)
         while not stop.is_set():
             try:
                 outcomes = self.run_once()
-            except (ChainError, OSError, Web3Exception) as exc:  # the chain went away (requests' errors are
-                # OSErrors) or a transaction failed: say so, retry
-                log.warning("referee round failed: %s", exc)
-                outcomes = []
+            except (ChainError, OSError, Web3Exception) as exc:
+                stop.wait(outage.failed(_rpc(self.client), exc))
+                continue
+            outage.recovered(_rpc(self.client))
             for outcome in outcomes:
                 if on_outcome is not None and outcome not in seen:
                     on_outcome(outcome)
                 seen.add(outcome)
             stop.wait(poll_s)
+
+
+def backoff_delay(poll_s: float, failures: int) -> float:
+    """The wait after ``failures`` failed rounds in a row: the poll interval, doubled per further
+    failure, at most ``BACKOFF_MAX_S`` (never less than the poll interval)."""
+    steps = min(max(failures - 1, 0), 32)  # bounded: a float overflows after ~1000 doublings
+    return max(poll_s, min(BACKOFF_MAX_S, poll_s * BACKOFF_FACTOR**steps))
+
+
+class Outage:
+    """Failed rounds in a row of one watch loop: how long to wait, and the few lines to log."""
+
+    def __init__(self, poll_s: float) -> None:
+        self.poll_s = poll_s
+        self.failures = 0
+        self.since = 0.0  # monotonic time of the first failure
+        self.last_log = 0.0
+
+    def failed(self, rpc: str, exc: BaseException) -> float:
+        """Count a failed round; log it when the chain just went away, the wait grew, or a reminder
+        is due. The wait before the next round."""
+        self.failures += 1
+        now, delay = time.monotonic(), backoff_delay(self.poll_s, self.failures)
+        if self.failures == 1:
+            self.since = self.last_log = now
+            what = "unreachable" if isinstance(exc, OSError) else "answered with an error"
+            log.warning("referee round failed: chain at %s %s (%s); retrying in %g s", rpc, what, _reason(exc), delay)
+            return delay
+        grew = delay != backoff_delay(self.poll_s, self.failures - 1)
+        if grew or now - self.last_log >= OUTAGE_REMINDER_S:
+            self.last_log = now
+            failing = f"{self.failures} rounds in {now - self.since:.0f} s"
+            log.warning("chain at %s still failing (%s); retrying in %g s", rpc, failing, delay)
+        return delay
+
+    def recovered(self, rpc: str) -> None:
+        if self.failures:
+            down = time.monotonic() - self.since
+            log.warning("chain at %s reachable again after %d failed round(s) in %.0f s", rpc, self.failures, down)
+        self.failures = 0
+
+
+def _rpc(client: BondClient) -> str:
+    return shown_rpc(str(getattr(client.w3.provider, "endpoint_uri", None) or "?"))
+
+
+def _reason(exc: BaseException) -> str:
+    """``ExcType: reason``, short: the errno phrase buried in requests' text where there is one."""
+    text = " ".join(str(exc).split())  # one line
+    found = ERRNO_REASON.search(text)
+    reason = found.group(0).strip() if found else text[:REASON_CHARS]
+    return f"{type(exc).__name__}: {reason}"

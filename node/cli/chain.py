@@ -29,6 +29,7 @@ from node.cli.options import add_pair_option, defaults
 
 BOND_ETHER = {"min_bond": "min_bond", "challenger_bond": "challenger_bond", "slash": "slash_amount"}
 BOND_SECONDS = ("challenge_window", "resolve_timeout", "unbonding_delay", "referee_set_delay")
+STATUS_LIMIT = 50  # node.chain.challenges.DEFAULT_LIMIT (not imported: it loads web3)
 VERDICTS = {True: "operator at fault", False: "operator cleared", None: "cannot judge (other model)"}
 
 
@@ -84,9 +85,10 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from node.chain.admin import chain_status
+    from node.chain.admin import chain_status, format_status
 
-    print(json.dumps(chain_status(_chain(args)), indent=2, default=str))
+    status = chain_status(_chain(args), args.operator, args.limit)
+    print(json.dumps(status, indent=2, default=str) if args.json else format_status(status))
     return 0
 
 
@@ -278,7 +280,10 @@ def _add_chain(sub) -> None:
         q.add_argument("--key-file", type=Path, help="sender key file (default on anvil: account 0, the owner)")
     for q in (unbond, withdraw_bond):
         q.add_argument("--key-file", type=Path, required=True, help="operator key file (DATA_DIR/keys/operator.key)")
-    refund.add_argument("challenge_id", type=int, help="the challenge id")
+    status.add_argument("--operator", help="only the challenges against this operator address")
+    status.add_argument("--limit", type=int, default=STATUS_LIMIT, help=f"newest challenges shown ({STATUS_LIMIT})")
+    status.add_argument("--json", action="store_true", help="print one JSON object (amounts as '0.1 ETH')")
+    refund.add_argument("challenge_id", type=int, help="the challenge id (`specmarket chain status` lists them)")
     refund.add_argument("--key-file", type=Path, help="the sender's key file (default on anvil: dev account 5)")
     state_dir = defaults(ChainConfig)["state_dir"]
     for q in (up, deploy, down):
