@@ -14,7 +14,7 @@ SMOLLM2_MARKER := .cache/models/smollm2-135m-instruct/specmarket_source.json
 # when tests fail (foundry-rs/foundry#14781)
 FORGE  := tools/forge
 
-.PHONY: setup demo report test test-contracts lint bench clean
+.PHONY: setup browser demo report test test-contracts screenshots lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +44,25 @@ demo: setup
 report: setup
 	$(BIN)/specmarket demo-net --out report
 
-test: setup test-contracts
+# the browser tests (tests/test_pages.py) drive Debian's chromium through its chromedriver, never a
+# downloaded browser: installed when either is missing (apt-get, through sudo unless root)
+CHROMIUM := /usr/bin/chromium
+CHROMEDRIVER := /usr/bin/chromedriver
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+browser:
+	@if [ ! -x $(CHROMIUM) ] || [ ! -x $(CHROMEDRIVER) ]; then \
+		echo "installing Debian's chromium and chromium-driver"; \
+		$(SUDO) apt-get update -q && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; \
+	fi
+
+test: setup test-contracts browser
 	$(BIN)/python -m pytest
+
+# refresh the README's screenshots (docs/img/dashboard.png, docs/img/simulator.png) from the browser tests
+screenshots: setup browser
+	SPECMARKET_SCREENSHOTS=docs/img $(BIN)/python -m pytest -q tests/test_pages.py
 
 # fuzz and invariant effort of the ci profile: see contracts/foundry.toml and contracts/README.md
 test-contracts: $(NODE_STAMP)

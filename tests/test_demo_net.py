@@ -101,6 +101,9 @@ def check_report(out, result: dict) -> None:
     report = (out / "README.md").read_text()
     for png in ("with_without", "drafter_acceptance", "omega_convergence", "speedup_vs_gamma"):
         assert (out / f"{png}.png").stat().st_size > MIN_PNG_BYTES and f"({png}.png)" in report
+    simulator = (out / "simulator.html").read_text()  # self-contained, this run's fit preselected
+    assert "(simulator.html)" in report and '<script src="' not in simulator
+    assert json.dumps(result["derived"]["fit"]["alpha"]) in simulator
     rows = result["derived"]["rows"]
     spec, plain = rows["with_speculation"], rows["without_speculation"]
     assert f"| target forward passes | {spec['target_passes']} | {plain['target_passes']} |" in report

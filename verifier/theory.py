@@ -40,9 +40,9 @@ def speedup(alpha: float, gamma: int, cost: float, verify_cost: float = 1.0) -> 
     return expected_tokens(alpha, gamma) / (gamma * cost + verify_cost)
 
 
-def optimal_gamma(alpha: float, cost: float, max_gamma: int = MAX_THEORY_GAMMA) -> int:
+def optimal_gamma(alpha: float, cost: float, max_gamma: int = MAX_THEORY_GAMMA, verify_cost: float = 1.0) -> int:
     """The γ in [1, max_gamma] that maximises S (ties: the smallest)."""
-    values = [speedup(alpha, g, cost) for g in range(1, max_gamma + 1)]
+    values = [speedup(alpha, g, cost, verify_cost) for g in range(1, max_gamma + 1)]
     return 1 + int(np.argmax(values))
 
 

@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import sys
+import webbrowser
 from pathlib import Path
 
 from node.chain.cheat import Cheat
@@ -83,6 +84,9 @@ def _add_target(sub) -> None:
         "key is registered, predates the store format, or belongs to another key or deployment; refused otherwise, "
         "since a node without its receipts could sign a second, different receipt for a request (slashable)",
     )
+    p.add_argument(
+        "--open", action="store_true", help="open the node's live dashboard (GET /) in a web browser once it serves"
+    )
     p.add_argument("--config", type=Path, help="TOML file whose [target] table supplies defaults")
     p.set_defaults(func=_cmd_target)
 
@@ -100,6 +104,10 @@ def _cmd_target(args: argparse.Namespace) -> int:
         for addr in info["multiaddrs"]:
             print(f"multiaddr: {addr}", flush=True)
         print(f"http: {info['http']}", flush=True)
+        dashboard = f"{info['http']}/"
+        print(f"dashboard: {dashboard}", flush=True)
+        if args.open and not webbrowser.open(dashboard):
+            print(f"no web browser here: open {dashboard} in one", file=sys.stderr, flush=True)
 
     try:
         trio.run(serve_until_signalled, node.run, announce)

@@ -17,6 +17,7 @@ from node.lab.gamma_sweep import measured_alpha
 from node.lab.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup_measured, plot_with_without
 from node.lab.trust import BondSizing
 from node.lab.workload import MODE_TITLES, MODES
+from node.target.http_pages import write_simulator
 from verifier.theory import speedup
 
 PRICE_WEI_PER_TOKEN = 10**12  # assumption: an answer's fee, 10⁻⁶ ETH per output token
@@ -360,13 +361,15 @@ def render(result: dict, rows: dict[str, dict], fit: dict, sizing: dict[str, Bon
         "## Theory against the run\n\n" + _theory(fit),
         "### The goals\n\n" + _goals(fit, result["local_sweep"]),
         _sweep(result["local_sweep"]),
-        "![Ω convergence](omega_convergence.png)\n\n![S against γ](speedup_vs_gamma.png)",
+        "![Ω convergence](omega_convergence.png)\n\n![S against γ](speedup_vs_gamma.png)\n\n"
+        "The [interactive simulator](simulator.html) (open it in a browser; it works offline) runs these rounds "
+        "one at a time and draws S(γ) for any α, c and v, with this run's measurements preselected.",
     ]
     return "\n\n".join(sections) + "\n"
 
 
 def write_report(result: dict, out: Path) -> list[Path]:
-    """report/README.md, the PNGs and demo_net.json (with the derived rows)."""
+    """report/README.md, the PNGs, demo_net.json (with the derived rows) and simulator.html."""
     out.mkdir(parents=True, exist_ok=True)
     rows = derive(result)
     fit = speculation_fit(result, rows)
@@ -375,7 +378,8 @@ def write_report(result: dict, out: Path) -> list[Path]:
     paths = write_plots(result, rows, fit, out)
     (out / "README.md").write_text(render(result, rows, fit, sizing))
     (out / "demo_net.json").write_text(json.dumps({**result, "derived": derived}, indent=2) + "\n")
-    return [*paths, out / "README.md", out / "demo_net.json"]
+    simulator = write_simulator(out, {**result, "derived": derived})  # the measurements preselected
+    return [*paths, out / "README.md", out / "demo_net.json", simulator]
 
 
 def print_summary(result: dict) -> None:

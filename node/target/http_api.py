@@ -2,11 +2,13 @@
 
 Routes: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (one JSON object, or server-sent
 events with ``"stream": true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus,
-``node.target.http_metrics``) and ``GET /openapi.json``. Bodies and answers are the pydantic models
-of ``node.target.http_schema``. Every error, a validation error included, is answered in OpenAI's
-shape ``{"error": {...}}``: 400 for a bad body (not FastAPI's 422), 404, 405, 408, 413, 500, and 503
-with ``Retry-After`` when ``max_jobs`` jobs run already. It runs on trio (FastAPI and Starlette use
-anyio) because the target's libp2p host shares the event loop.
+``node.target.http_metrics``), ``GET /openapi.json``, and for people the dashboard ``GET /`` (which
+polls ``GET /api/dashboard``) and ``GET /simulator`` (``node.target.http_pages``). Bodies and
+answers are the pydantic models of ``node.target.http_schema``. Every error, a validation error
+included, is answered in OpenAI's shape ``{"error": {...}}``: 400 for a bad body (not FastAPI's
+422), 404, 405, 408, 413, 500, and 503 with ``Retry-After`` when ``max_jobs`` jobs run already. It
+runs on trio (FastAPI and Starlette use anyio) because the target's libp2p host shares the event
+loop.
 
 Every stage of a connection has a deadline (``HttpLimits``): half-sent headers and idle keep-alive
 connections (hypercorn's keep-alive timeout), the body (``read_body``), every write of a stream
@@ -41,6 +43,7 @@ from node.target.dashboard import ResponseLog, dashboard_view, node_condition
 from node.target.engine import Engine
 from node.target.http_jobs import JSON, JobResponse, error_response, json_response
 from node.target.http_metrics import CONTENT_TYPE, ApiMetrics, StatusFn
+from node.target.http_pages import add_pages
 from node.target.http_schema import (
     MAX_BODY_BYTES,
     MAX_ECHOED_CHARS,
@@ -260,6 +263,7 @@ def build_app(engine: Engine, status: StatusFn | None = None, limits: HttpLimits
     app.add_api_route("/v1/models", routes.models, methods=["GET"], response_model=ModelList)
     app.add_api_route("/health", routes.health, methods=["GET"], response_model=Health)
     app.add_api_route("/api/dashboard", routes.dashboard, methods=["GET"])
+    add_pages(app)  # GET /, /simulator and /static/*: read-only pages for people
     text = {200: {"content": {CONTENT_TYPE.split(";")[0]: {}}, "description": "Prometheus text format 0.0.4"}}
     app.add_api_route("/metrics", routes.metrics_text, methods=["GET"], responses=text, response_class=Response)
     app.openapi = _openapi(app, (CompletionBody, ChatBody, ChatCompletionChunk))  # type: ignore[method-assign]
