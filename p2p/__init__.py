@@ -8,7 +8,7 @@ from verifier.exports import lazy_exports
 
 EXPORTS = {
     "p2p.discovery": ("Registration", "RendezvousPoint", "announce", "drafter_namespace", "withdraw"),
-    "p2p.framing": ("FrameStream", "StreamFailed"),
+    "p2p.framing": ("FrameStream", "StreamEnded", "StreamFailed"),
     "p2p.host": ("InvalidAddress", "make_host", "parse_peer_addr", "peer_addrs", "running_host"),
     "p2p.messages": (
         "DEFAULT_LISTEN",

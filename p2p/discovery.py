@@ -61,6 +61,7 @@ REQUEST_TIMEOUT_S = 10.0  # a request must arrive this soon after the stream ope
 REPLY_TIMEOUT_S = 10.0
 MAX_REQUESTS_PER_STREAM = 8  # py-libp2p's client sends one per stream
 CLOSE_TIMEOUT_S = 1.0
+HANG_UP_AFTER_S = 2 * UNREGISTER_TIMEOUT_S  # a peer whose registration ended is disconnected this much later
 
 
 def drafter_namespace(fingerprint: str) -> str:
@@ -311,9 +312,17 @@ def _bounded_addr(raw: bytes) -> str | None:
 class RendezvousPoint:
     """The target side: hosts the rendezvous service and reports the drafters registered on it."""
 
-    def __init__(self, host: IHost, namespace: str, *, max_registrations: int = MAX_REGISTRATIONS) -> None:
+    def __init__(
+        self,
+        host: IHost,
+        namespace: str,
+        *,
+        max_registrations: int = MAX_REGISTRATIONS,
+        hang_up_after_s: float = HANG_UP_AFTER_S,
+    ) -> None:
         self.service = BoundedRendezvousService(host, [namespace], max_registrations=max_registrations)
         self.namespace = namespace
+        self.hang_up_after_s = hang_up_after_s
 
     def registrations(self) -> list[Registration]:
         """The live registrations, addresses as parsed when each was stored (at most
@@ -331,14 +340,34 @@ class RendezvousPoint:
 
     async def watch(self, on_registration: Callable[[Registration], None], on_gone: Callable[[str], None]) -> None:
         """Every WATCH_INTERVAL_S, report each live registration, and each peer whose registration
-        expired or was withdrawn since the last look; forever."""
+        expired or was withdrawn since the last look; forever. A peer whose registration ended is
+        disconnected ``hang_up_after_s`` later if it has not registered again (``_hang_up``)."""
         known: set[str] = set()
-        while True:
-            live = self.registrations()
-            for registration in live:
-                on_registration(registration)
-            current = {r.peer_id for r in live}
-            for peer_id in sorted(known - current):
-                on_gone(peer_id)
-            known = current
-            await trio.sleep(WATCH_INTERVAL_S)
+        async with trio.open_nursery() as nursery:
+            while True:
+                live = self.registrations()
+                for registration in live:
+                    on_registration(registration)
+                current = {r.peer_id for r in live}
+                for peer_id in sorted(known - current):
+                    on_gone(peer_id)
+                    nursery.start_soon(self._hang_up, peer_id)
+                known = current
+                await trio.sleep(WATCH_INTERVAL_S)
+
+    async def _hang_up(self, peer_id: str) -> None:
+        """Close the connections of a peer no longer registered, once it has had ``hang_up_after_s``
+        to finish withdrawing (a drafter confirms its unregistration, then hangs up itself)."""
+        await trio.sleep(self.hang_up_after_s)
+        if peer_id in {r.peer_id for r in self.registrations()}:
+            return
+        host = self.service.host
+        peer = ID.from_base58(peer_id)
+        if not host.get_network().get_connections(peer):
+            return
+        log.info("closing the connection to %s: its registration ended", peer_id)
+        with trio.move_on_after(CLOSE_TIMEOUT_S):
+            try:
+                await host.disconnect(peer)
+            except (BaseLibp2pError, OSError) as exc:
+                log.debug("closing the connection to %s failed: %s", peer_id, exc)

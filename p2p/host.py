@@ -2,6 +2,9 @@
 
 py-libp2p's default host also accepts ``/plaintext/2.0.0`` (and secio, TLS) peers; we pass
 ``sec_opt`` with Noise alone, so a peer that cannot speak Noise never gets a connection.
+
+A specmarket host dials only on purpose (a registration, a client's request): py-libp2p's
+auto-connector, which dials every peer in the peerstore, is switched off (``NoAutoDial``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from libp2p.abc import IHost
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.keystore import FileSystemKeyStore
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.network.auto_connector import AutoConnector
 from libp2p.network.config import ConnectionConfig
+from libp2p.network.swarm import Swarm
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
@@ -59,17 +64,32 @@ def load_identity(data_dir: Path) -> KeyPair:
 
 
 def connection_config() -> ConnectionConfig:
-    """No auto-dialing: py-libp2p's default keeps dialing every peer in the peerstore until it
-    holds 50-200 connections. A specmarket node dials only on purpose (a job, a registration)."""
+    """Connection limits; no connection floor to keep (py-libp2p's default keeps 50)."""
     return ConnectionConfig(
         min_connections=0, low_watermark=0, high_watermark=MAX_CONNECTIONS - 32, max_connections=MAX_CONNECTIONS
     )
 
 
+class NoAutoDial(AutoConnector):
+    """py-libp2p's auto-connector, never dialing. The stock one aims at the midpoint of the low and
+    high watermarks (112 connections here, whatever ``low_watermark`` says), so every 30 s and after
+    each disconnect it dialed each peer left in the peerstore: drafters that had left, clients that
+    had asked once (their identify addresses stay two hours), each dial four TCP attempts logged at
+    ERROR by py-libp2p."""
+
+    async def maybe_connect(self) -> None:
+        return None
+
+
 def make_host(key_pair: KeyPair) -> IHost:
-    """A TCP host whose only security transport is Noise (XX handshake, X25519 static key)."""
+    """A TCP host whose only security transport is Noise (XX handshake, X25519 static key), that
+    never dials a peer on its own (``NoAutoDial``)."""
     noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-    return new_host(key_pair=key_pair, sec_opt={NOISE_PROTOCOL_ID: noise}, connection_config=connection_config())
+    host = new_host(key_pair=key_pair, sec_opt={NOISE_PROTOCOL_ID: noise}, connection_config=connection_config())
+    network = host.get_network()
+    if isinstance(network, Swarm):
+        network.auto_connector = NoAutoDial(network)
+    return host
 
 
 def parse_listen(text: str) -> multiaddr.Multiaddr:

@@ -16,6 +16,7 @@ from node.cli.lab import add_lab_commands
 from node.cli.local import add_local_commands
 from node.cli.market import add_market_commands
 from node.cli.training import add_training_commands
+from node.runtime import stderr_handler
 from verifier.errors import SpecmarketError, error_leaves
 
 log = logging.getLogger("specmarket")
@@ -38,10 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[stderr_handler()])
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -33,7 +33,7 @@ from node.drafter.session import DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
 from node.models import HFCausalLM, load_model_dir, tokenizer_fingerprint
 from p2p.discovery import announce, drafter_namespace, withdraw
-from p2p.framing import FrameStream, StreamFailed
+from p2p.framing import FrameStream, StreamEnded, StreamFailed
 from p2p.host import InvalidAddress, parse_peer_addr, peer_addrs, running_host
 from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, Error, InvalidMessage, Open
 from verifier.errors import InvalidParams, error_leaves
@@ -61,6 +61,28 @@ def addrs_of(peer_id: ID, texts: list) -> list[multiaddr.Multiaddr]:
         if info is not None and info.peer_id == peer_id:
             found += info.addrs
     return found
+
+
+def _job(session: DraftSession | None) -> str:
+    return "" if session is None else f"job {session.job}: "
+
+
+def _log_end(fs: FrameStream, session: DraftSession | None, exc: StreamEnded) -> None:
+    """The target closed the stream between frames: the normal end of a session (the target closes
+    it when the job is done), unless the connection went with it."""
+    if getattr(fs.stream.muxed_conn, "is_closed", False):
+        log.warning("%ssession with %s failed: the connection was lost", _job(session), fs.peer_id)
+    elif session is None:
+        log.info("%s before opening a session", exc)
+    else:
+        rounds = f"{session.rounds} round{'' if session.rounds == 1 else 's'}"
+        log.info(
+            "job %s: session with %s ended (%s, %d draft tokens sent)",
+            session.job,
+            fs.peer_id,
+            rounds,
+            session.tokens_sent,
+        )
 
 
 class DrafterNode:
@@ -95,7 +117,7 @@ class DrafterNode:
             asked_at=time.perf_counter(),
         )
 
-    async def _serve_session(self, fs: FrameStream) -> None:
+    async def _open_session(self, fs: FrameStream) -> DraftSession:
         first = await fs.receive(SESSION_IDLE_TIMEOUT_S)
         if not isinstance(first, Open):
             raise ProtocolViolation(f"expected open, got {type(first).__name__.lower()}")
@@ -108,6 +130,9 @@ class DrafterNode:
             len(first.context),
             "on" if session.overlap else "off",
         )
+        return session
+
+    async def _serve_session(self, fs: FrameStream, session: DraftSession) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._drafting, fs, session)
@@ -166,6 +191,7 @@ class DrafterNode:
         else:
             for _ in range(b.copies):
                 await fs.send(draft, SEND_TIMEOUT_S)
+            session.tokens_sent += len(draft.tokens)
         kind = "early draft" if step.kind is Kind.EARLY else "answer"
         log.debug("job %s: sent %s of %d tokens at k=%d", session.job, kind, len(draft.tokens), draft.start)
         if b.drop_after is not None and session.drafts_sent >= b.drop_after:
@@ -190,14 +216,18 @@ class DrafterNode:
             await self._refuse(fs)
             return
         self.sessions += 1
+        session: DraftSession | None = None
         try:
-            await self._serve_session(fs)
-        except StreamFailed as exc:
-            log.info("session with %s ended: %s", fs.peer_id, exc)
+            session = await self._open_session(fs)
+            await self._serve_session(fs, session)
+        except StreamEnded as exc:
+            _log_end(fs, session, exc)
         except (InvalidMessage, ProtocolViolation, InvalidParams) as exc:
-            log.warning("dropping the stream from %s: %s", fs.peer_id, exc)
+            log.warning("%sdropping the stream from %s: %s", _job(session), fs.peer_id, exc)
+        except StreamFailed as exc:
+            log.warning("%ssession with %s failed: %s", _job(session), fs.peer_id, exc)
         except (BaseLibp2pError, OSError) as exc:
-            log.info("session with %s failed: %s: %s", fs.peer_id, type(exc).__name__, exc)
+            log.warning("%ssession with %s failed: %s: %s", _job(session), fs.peer_id, type(exc).__name__, exc)
         finally:
             self.sessions -= 1
             await fs.close()

@@ -75,6 +75,8 @@ class DraftSession:
     short_at: int = -1  # the k at which the proposer gave fewer tokens than asked: send what there is
     changed: trio.Event = field(default_factory=trio.Event)
     drafts_sent: int = 0
+    rounds: int = 1  # rounds the target asked for: the open, then one per advance
+    tokens_sent: int = 0  # draft tokens sent (answers and early drafts), for the session's last log line
     garbage_index: int = 0
 
     # -- trio thread ---------------------------------------------------------------------------
@@ -84,6 +86,7 @@ class DraftSession:
         if msg.start != self.k + len(msg.tokens):
             raise ProtocolViolation(f"advance to k={msg.start} from k={self.k} with {len(msg.tokens)} tokens")
         emitted = list(msg.tokens)
+        self.rounds += 1
         self.context.extend(emitted)
         self.k, self.asked_at = msg.start, now
         if len(emitted) <= len(self.path) and self.path[: len(emitted)] == emitted:

@@ -1,12 +1,18 @@
-"""The target's drafting market: discovered drafters -> policy -> per-job draft sessions -> ledger."""
+"""The target's drafting market: discovered drafters -> policy -> per-job draft sessions -> ledger.
+
+The target never dials a drafter: a drafter registers over its own connection to the target and
+keeps it (registering again when it drops, ``p2p.discovery.announce``), and a job's draft streams
+are opened on that connection. A registered drafter without one (it crashed, or is reconnecting)
+sits the job out; one that has left is forgotten, its addresses with it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import multiaddr
 import trio
 from libp2p.abc import IHost
 from libp2p.exceptions import BaseLibp2pError
@@ -25,7 +31,6 @@ from verifier.params import SamplingParams
 log = logging.getLogger(__name__)
 
 OPEN_TIMEOUT_S = 0.5  # a drafter whose stream does not open this fast sits the job out
-PEERSTORE_TTL_S = 600
 CLOSE_TIMEOUT_S = 1.0
 
 
@@ -48,33 +53,43 @@ class MarketDrafting:
         self.deadline_s, self.max_drafters, self.wait_budget = deadline_s, max_drafters, wait_budget
         self.vocab_size = vocab_size
         self.in_jobs: dict[str, int] = {}  # peer -> jobs it is drafting for now
-        self.gone: set[str] = set()  # withdrawn while in a job: forget when the job ends
+        self.gone: set[str] = set()  # withdrawn or expired while in a job: forget when the job ends
 
     def on_gone(self, peer_id: str) -> None:
-        """Discovery callback: the drafter's registration was withdrawn or expired."""
+        """Discovery callback: the drafter's registration was withdrawn or expired. Its addresses
+        leave the peerstore at once (identify put them there for two hours); its stats stay until
+        the jobs it drafts for now are credited."""
+        self._forget_addrs(peer_id)
         if self.in_jobs.get(peer_id):
             self.gone.add(peer_id)
         elif peer_id in self.registry:
             log.info("drafter %s left the market", peer_id)
             self.registry.forget(peer_id)
 
+    def _forget_addrs(self, peer_id: str) -> None:
+        with contextlib.suppress(ValueError):  # not a peer id (the registry takes any string)
+            self.host.get_peerstore().clear_addrs(ID.from_base58(peer_id))
+
     def on_registration(self, reg: Registration) -> None:
-        """Discovery callback: remember the drafter and where to dial it."""
-        if self.registry.upsert(reg.peer_id, reg.addrs):
-            addrs = []
-            for a in reg.addrs:
-                try:
-                    addrs.append(multiaddr.Multiaddr(a))
-                except (ValueError, TypeError, multiaddr.exceptions.Error):
-                    continue
-            self.host.get_peerstore().add_addrs(ID.from_base58(reg.peer_id), addrs, PEERSTORE_TTL_S)
+        """Discovery callback: remember the drafter (its addresses are not dialed: see the module)."""
+        self.gone.discard(reg.peer_id)  # registered again before its job ended
+        self.registry.upsert(reg.peer_id, reg.addrs)
+
+    def connected(self, peer_id: str) -> bool:
+        """Whether the target holds an open connection to ``peer_id``: a draft stream then opens
+        on it, without a dial."""
+        try:
+            conns = self.host.get_network().get_connections(ID.from_base58(peer_id))
+        except ValueError:
+            return False
+        return any(not conn.is_closed for conn in conns)
 
     async def _open(self, peer: str, gamma: int, opened: list[RemoteSession]) -> None:
         try:
             with trio.fail_after(OPEN_TIMEOUT_S):
                 stream = await self.host.new_stream(ID.from_base58(peer), [DRAFT_PROTOCOL_ID])
         except (trio.TooSlowError, BaseLibp2pError, OSError, ValueError) as exc:
-            log.info("cannot open a draft stream to %s: %s", peer, exc or type(exc).__name__)
+            log.info("cannot open a draft stream to %s: %s", peer, str(exc) or type(exc).__name__)
             self.registry.record_error(peer, f"stream open failed: {type(exc).__name__}")
             self.policy.update(self.registry, peer)
             return
@@ -89,10 +104,21 @@ class MarketDrafting:
         return opened
 
     def _select(self) -> list[str]:
-        """The policy's choice, without the drafters that refused a session lately (full)."""
-        busy = {p for p in self.registry.peers() if self.registry.is_busy(p)}
-        chosen = self.policy.select(self.registry, self.max_drafters + len(busy))
-        return [p for p in chosen if p not in busy][: self.max_drafters]
+        """The policy's choice, without the drafters that refused a session lately (full) or have
+        left (listed until their jobs are credited). A chosen drafter the target holds no connection
+        to sits the job out with an error on its record, as a failed dial used to give it (so a dead
+        registration cannot keep the untried slot), but without the dial."""
+        out = {p for p in self.registry.peers() if self.registry.is_busy(p) or p in self.gone}
+        chosen = [p for p in self.policy.select(self.registry, self.max_drafters + len(out)) if p not in out]
+        picked = []
+        for peer in chosen[: self.max_drafters]:
+            if self.connected(peer):
+                picked.append(peer)
+                continue
+            log.info("drafter %s is not connected; it sits the job out", peer)
+            self.registry.record_error(peer, "not connected")
+            self.policy.update(self.registry, peer)
+        return picked
 
     @asynccontextmanager
     async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator:
