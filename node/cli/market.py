@@ -85,7 +85,11 @@ def _add_target(sub) -> None:
         "since a node without its receipts could sign a second, different receipt for a request (slashable)",
     )
     p.add_argument(
-        "--open", action="store_true", help="open the node's live dashboard (GET /) in a web browser once it serves"
+        "--open",
+        dest="open_dashboard",
+        action="store_true",
+        default=None,
+        help="open the node's live dashboard (GET /) in a web browser once it serves",
     )
     p.add_argument("--config", type=Path, help="TOML file whose [target] table supplies defaults")
     p.set_defaults(func=_cmd_target)
@@ -106,7 +110,7 @@ def _cmd_target(args: argparse.Namespace) -> int:
         print(f"http: {info['http']}", flush=True)
         dashboard = f"{info['http']}/"
         print(f"dashboard: {dashboard}", flush=True)
-        if args.open and not webbrowser.open(dashboard):
+        if cfg.open_dashboard and not webbrowser.open(dashboard):
             print(f"no web browser here: open {dashboard} in one", file=sys.stderr, flush=True)
 
     try:

@@ -80,6 +80,7 @@ class TargetConfig:
     cheat: Cheat = Cheat.NONE  # a DISHONEST operator, for tests and demos
     new_receipt_store: bool = False  # start a new receipt store where the old one is missing or unusable
     max_jobs: int = DEFAULT_MAX_JOBS  # jobs at once (HTTP and libp2p); one more is refused, not queued
+    open_dashboard: bool = False  # open the live dashboard (GET /) in a web browser once serving
     http_body_timeout_s: float = HTTP_BODY_TIMEOUT_S
     http_write_timeout_s: float = HTTP_WRITE_TIMEOUT_S
     http_idle_timeout_s: float = HTTP_IDLE_TIMEOUT_S
