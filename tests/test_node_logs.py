@@ -304,3 +304,21 @@ def test_a_traceback_is_folded_into_its_records_line():
         record = logging.LogRecord("libp2p.x", logging.ERROR, __file__, 1, "it failed", None, sys.exc_info())
     text = OneLineFormatter(LOG_FORMAT).format(record)
     assert "\n" not in text and STAMPED.match(text) and "Traceback" in text and "second line" in text
+
+
+def test_ask_over_libp2p_writes_timestamped_lines_and_its_one_line_error():
+    """`ask` never sets up a node's logging, and py-libp2p's logger stops propagating once imported:
+    its ERROR lines used to reach stderr bare, without time or level."""
+    import subprocess
+
+    from node.chain.anvil import free_port
+    from tests.netutil import SPECMARKET
+
+    nobody = ID.from_pubkey(create_new_key_pair().public_key)
+    target = f"/ip4/127.0.0.1/tcp/{free_port()}/p2p/{nobody}"  # nothing listens there
+    args = ["ask", "hi", "--target", target, "--pair", "tiny", "--max-new-tokens", "2"]
+    done = subprocess.run([*SPECMARKET, *args], capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and lines[-1].startswith("specmarket: error"), done.stderr[-2000:]
+    assert any(" libp2p." in line for line in lines[:-1]), lines  # py-libp2p did log: not vacuous
+    assert all(STAMPED.match(line) for line in lines[:-1]), lines

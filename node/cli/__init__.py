@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[stderr_handler()])
+    # py-libp2p's logger stops propagating once imported (`ask` over libp2p, `chain`, the lab): its
+    # records reach the last-resort handler, which gets the same timestamped one-line format
+    logging.lastResort = stderr_handler(logging.WARNING)
     try:
         return args.func(args)
     except KeyboardInterrupt:
