@@ -13,7 +13,10 @@ deadline. Now:
 
 Each job-level test bounds the waiting that bought no token by a tenth of the job's wall time: for
 stallers alone no draft token is accepted, so such a job is plain decoding plus that waiting, and
-the bound is the issue's "≥ 0.9× plain decoding". The side-by-side ratio against the same requests
+the bound is the issue's "≥ 0.9× plain decoding". Beside an honest drafter, whose accepted drafts
+can pay for more waiting than that (the wait budget only stops a job slower than plain decoding),
+a job may instead show that bound directly: its wall time against plain decoding estimated from
+its own measured target passes. The side-by-side ratio against the same requests
 decoded plainly on the same target once the drafters are gone (medians) is printed, not asserted:
 on this 2-core machine two runs of the same job differ by up to 20 %. Jobs are 320 tokens, so the
 half deadline of trial a staller gets is a few percent of a job, as 100 ms is on the real target. Against a real target
@@ -115,8 +118,13 @@ def test_stalling_drafters_beside_an_honest_one_cost_at_most_a_tenth_succeeds(po
     honest_id = honest.lines["multiaddr"][0].rsplit("/", 1)[-1]
     assert rows[honest_id]["lifetime_proposed"] > 0  # the honest drafter was asked, beside the stallers
     _report("stallers beside an honest drafter", jobs[-REPEATS:], _plain_wall(http))
-    for job in jobs:  # waiting that bought no token (the stallers' rounds, and the honest misses)
-        assert job["stats"]["draft_wasted_wait_seconds"] <= (1 - BOUND) * job["stats"]["wall_seconds"], job["stats"]
+    for job in jobs:  # waiting that bought no token (the stallers' rounds, and the honest misses)...
+        stats = job["stats"]
+        wasted_ok = stats["draft_wasted_wait_seconds"] <= (1 - BOUND) * stats["wall_seconds"]
+        # ...or, where the honest drafts paid for more than that waiting, the job itself is at least
+        # BOUND x plain decoding by its own measured target passes (plain_estimate_seconds counts
+        # passes only, not the serving loop's per-token overhead: it errs towards plain being faster)
+        assert wasted_ok or stats["plain_estimate_seconds"] >= BOUND * stats["wall_seconds"], stats
 
 
 def test_an_empty_draft_counts_as_the_tokens_it_did_not_offer_succeeds():
