@@ -27,9 +27,9 @@ from libp2p.network.config import ConnectionConfig
 from libp2p.network.swarm import Swarm
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
-from libp2p.security.noise.transport import Transport as NoiseTransport
 
 from p2p.messages import DEFAULT_LISTEN
+from p2p.secure import CancelSafeNoise
 from verifier.errors import SpecmarketError
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,9 @@ class NoAutoDial(AutoConnector):
 
 
 def make_host(key_pair: KeyPair) -> IHost:
-    """A TCP host whose only security transport is Noise (XX handshake, X25519 static key), that
-    never dials a peer on its own (``NoAutoDial``)."""
-    noise = NoiseTransport(key_pair, noise_privkey=create_x25519_key_pair().private_key)
+    """A TCP host whose only security transport is Noise (XX handshake, X25519 static key), its
+    writes atomic (``CancelSafeNoise``), that never dials a peer on its own (``NoAutoDial``)."""
+    noise = CancelSafeNoise(key_pair, noise_privkey=create_x25519_key_pair().private_key)
     host = new_host(key_pair=key_pair, sec_opt={NOISE_PROTOCOL_ID: noise}, connection_config=connection_config())
     network = host.get_network()
     if isinstance(network, Swarm):

@@ -25,11 +25,13 @@ SLOW_MS = 3000  # the slow drafter answers far past the short deadline
 # the longest a round may take beyond the deadline: settling, the advance sends and trio waking up on
 # a loaded 2-core machine (a round that waited for a slow drafter's answer would take 3000 ms)
 WAIT_SLACK_MS = 150
-# early drafts used over the three prompts, measured on the shipped pair (γ = 4, 48 tokens each, two
-# runs): T = 0: 7+3+4 and 6+4+4 hits in 37 rounds; T = 0.8: 1+1+2 and 0+3+3 in 56. Whether a hit is
-# counted can depend on timing (an advance read before the early draft went out is answered from the
-# path instead), so the bounds keep a wide margin.
+# early drafts used, measured on the shipped pair (γ = 4, 48 tokens a job, the three prompts once, 8
+# runs on 2 cores): T = 0: 12 to 18 hits in 37 rounds (one run before the fix of p2p/secure.py: 4);
+# T = 0.8: 2 to 6 in 56. Whether a hit is counted depends on timing (an advance read before the
+# early draft went out is answered from the path instead), so after the three prompts jobs go on,
+# the prompts again with new seeds, until the bound is reached or MAX_JOBS have run.
 MIN_EARLY_HITS = {0.0: 8, 0.8: 2}
+MAX_JOBS = 9
 
 
 def reference(pair, prompt: str, seed: int, temperature: float = 1.0) -> list[int]:
@@ -69,6 +71,11 @@ def wait_until_forgotten(http: str, peers: list[str], timeout_s: float = 10.0) -
         time.sleep(0.1)
 
 
+def sitting_out(node) -> list[str]:
+    """The target's log lines on drafters that sat a job out, or whose session failed."""
+    return [line for line in node.log().splitlines() if "sits the job out" in line or "failed" in line][-10:]
+
+
 def ask(node, prompt: str, seed: int, temperature: float = 1.0) -> dict:
     return complete(node.lines["http"][0], prompt, seed=seed, max_tokens=MAX_TOKENS, temperature=temperature)[
         "specmarket"
@@ -79,10 +86,12 @@ def ask(node, prompt: str, seed: int, temperature: float = 1.0) -> dict:
 def test_an_overlapping_drafter_changes_nothing_but_the_wait(portal, target, tmp_path, pair, temperature):
     hits = []
     with drafters(portal, target, tmp_path, "honest") as (honest,):
-        for seed, prompt in enumerate(PROMPTS):
+        for seed in range(MAX_JOBS):
+            prompt = PROMPTS[seed % len(PROMPTS)]
             ext = ask(target, prompt, seed, temperature)
             assert ext["tokens"] == reference(pair, prompt, seed, temperature), prompt
             stats = ext["stats"]
+            assert "draft_rounds" in stats, ("the job ran without drafts", sitting_out(target))
             # after every rejection the drafter answered the new k in time: no round went without a draft
             assert stats["draft_empty_rounds"] == 0, stats
             assert stats["draft_answers"] + stats["draft_early_hits"] == stats["draft_rounds"], stats
@@ -93,6 +102,8 @@ def test_an_overlapping_drafter_changes_nothing_but_the_wait(portal, target, tmp
                 and stats["draft_wait_ms_max"] <= GENEROUS_DEADLINE_MS + WAIT_SLACK_MS
             )
             hits.append(stats["draft_early_hits"])
+            if seed + 1 >= len(PROMPTS) and sum(hits) >= MIN_EARLY_HITS[temperature]:
+                break
         health = http_json(f"{target.lines['http'][0]}/health")["drafters"][honest.peer_id]
     assert health["timeouts"] == 0 and health["errors"] == 0, health
     assert sum(hits) >= MIN_EARLY_HITS[temperature], hits
