@@ -31,8 +31,10 @@ import pytest
 
 from market.policy import Policy, PolicyConfig
 from market.registry import Registry
+from node.target.rounds import MarketProposer
 from tests import netutil
 from tests.netutil import complete, http_json, start_drafter, start_target, wait_for_drafters
+from verifier.params import SamplingParams
 
 DEADLINE_MS = 60
 STALL_MS = 50  # just under the deadline
@@ -154,3 +156,40 @@ def test_a_job_asks_at_most_one_untried_peer_beside_the_best_judged_succeeds():
     for peer in ("a", "b", "c"):
         fresh.upsert(peer, [])
     assert len(policy.select(fresh, 3)) == 1  # nothing judged yet: one untried peer per job
+
+
+class MeasuredPasses:
+    """A job's measured target passes, as the engine's TimedModel reports them: the prefill, then
+    one-position passes of ``plain_s`` each (None: no such pass yet)."""
+
+    def __init__(self, prefill_s: float, plain_s: float | None) -> None:
+        self.pass_seconds, self._plain_s = [prefill_s], plain_s
+
+    def plain_pass_s(self) -> float | None:
+        return self._plain_s
+
+
+def _budget(elapsed_s: float, wasted_s: float, plain_pass_s: float | None, tokens: int = 100) -> bool | None:
+    """The wait budget's verdict for a job ``elapsed_s`` in, ``tokens`` emitted, 60 ms deadline."""
+    proposer = MarketProposer(
+        [], job="j", params=SamplingParams(), seed=0, gamma=4, deadline_s=DEADLINE_MS / 1000,
+        registry=Registry(), policy=Policy(),
+    )  # fmt: skip
+    proposer.watch_passes(MeasuredPasses(0.01, plain_pass_s))
+    proposer.rounds, proposer.wasted_s = 20, wasted_s
+    now = time.perf_counter()
+    proposer.started = now - elapsed_s
+    return proposer._over_budget(now, tokens)
+
+
+def test_a_job_slower_than_plain_by_more_than_the_allowance_stops_drafting_succeeds():
+    # plain: 0.01 + 100 x 0.005 = 0.51 s; allowance: 5 % of the job + half the 60 ms deadline
+    assert _budget(elapsed_s=0.80, wasted_s=0.0, plain_pass_s=0.005) is True  # whatever its drafts bought
+    assert _budget(elapsed_s=0.55, wasted_s=0.0, plain_pass_s=0.005) is False  # within the allowance
+    assert _budget(elapsed_s=0.45, wasted_s=0.3, plain_pass_s=0.005) is False  # faster than plain
+    assert _budget(elapsed_s=0.55, wasted_s=0.3, plain_pass_s=0.005) is True  # wasted, and slower
+
+
+def test_without_a_measured_plain_pass_only_wasted_waiting_probes_succeeds():
+    assert _budget(elapsed_s=5.0, wasted_s=0.0, plain_pass_s=None) is False  # honest rounds stay drafted
+    assert _budget(elapsed_s=5.0, wasted_s=1.0, plain_pass_s=None) is None  # one round alone, to measure

@@ -268,21 +268,27 @@ class MarketProposer:
         self.passes = passes
 
     def _over_budget(self, now: float, k: int) -> bool | None:
-        """Has wasted waiting (in rounds whose draft gave no accepted token) cost more than half a
-        deadline plus WAIT_BUDGET_SHARE of the job's time, while the job runs slower than
-        plain decoding would? Plain decoding's time for the k tokens emitted so far is the prefill
-        plus k one-position passes, measured on this job's own target (None: no such pass yet, so
-        this round is decoded alone to measure one, which never costs more than plain decoding).
-        True: the job stops asking for drafts, for good. A drafter that answers every round with
-        nothing, just before the deadline, then costs about one deadline and this share."""
+        """Should the job stop asking for drafts, for good (True)? Either wasted waiting (in rounds
+        whose draft gave no accepted token) has cost more than the allowance, half a deadline plus
+        WAIT_BUDGET_SHARE of the job's time, while the job runs slower than plain decoding would;
+        or the job runs slower than plain decoding by more than the allowance, whatever the drafts
+        bought (accepted drafts that paid for less than their waiting, on a loaded machine).
+
+        Plain decoding's time for the k tokens emitted so far is the prefill plus k one-position
+        passes, measured on this job's own target (None: no such pass yet, so after wasted waiting
+        this round is decoded alone to measure one, which never costs more than plain decoding;
+        the second test needs no probe: it waits for a pass that an empty round measured anyway).
+        A drafter that answers every round with nothing, just before the deadline, then costs about
+        one deadline and this share."""
+        if not self.wait_budget or self.rounds < MIN_BUDGET_ROUNDS or self.passes is None:
+            return False
         elapsed = now - self.started
         allowance = self.wait_budget * elapsed + self.deadline_s / 2  # a share, and half a round of trial
-        if not self.wait_budget or self.rounds < MIN_BUDGET_ROUNDS or self.wasted_s <= allowance or self.passes is None:
-            return False
+        wasteful = self.wasted_s > allowance
         plain_s = self._plain_seconds(k)
         if plain_s is None:
-            return None  # probe: one round alone
-        if elapsed <= plain_s:
+            return None if wasteful else False  # probe: one round alone
+        if elapsed <= plain_s or not (wasteful or elapsed - plain_s > allowance):
             return False
         self.stopped_at = self.rounds
         log.info(
