@@ -9,7 +9,7 @@ and sent nothing, so the peer decrypts every later message with the wrong nonce,
 authentication of message" and drops the connection with every stream on it. Yamux writes from
 whichever task reads or writes a stream (a read sends a window update), so any cancelled stream
 operation can do it. Seen in CI: a drafter whose session ended while it sent an early draft lost
-its connection to the target, and the next job ran without drafts (about one job in fifty).
+its connection to the target, and the next job ran without drafts (about one run in six of test_overlap).
 
 ``CancelSafeNoise`` is py-libp2p's Noise transport whose sessions write atomically: a write runs
 to its end shielded from ``cancel()``, within the caller's own deadline and at most

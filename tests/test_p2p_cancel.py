@@ -3,9 +3,9 @@
 Noise encrypts under a counter nonce before the socket write. py-libp2p's session yields once
 between the two, so a task cancelled there (a drafting session that ended, a job that finished)
 spent a nonce and sent nothing: the peer then failed to decrypt every later message and dropped the
-connection with every stream on it. A drafter lost its connection to the target that way about
-once in fifty jobs, and the next job ran without it. The sweep below cancels a writer after each
-number of scheduler steps up to CANCEL_STEPS, several times each, so the cancellation lands at
+connection with every stream on it. A drafter lost its connection to the target that way in
+about one run in six of test_overlap, and the next job ran without it. The sweep below cancels a
+writer after each number of scheduler steps up to CANCEL_STEPS, several times each, so the cancellation lands at
 every await of the write path, that one included; then the connection must still carry a round trip.
 """
 
