@@ -4,7 +4,8 @@
 - ``node.drafter`` the drafter peer (node and strategies)
 - ``node.client``  clients of a target node (HTTP, libp2p, receipt checking)
 - ``node.chain``   the chain side (anvil, the bond contract, receipts, challenges, referees)
-- ``node.models``, ``node.decoding``  model loading and local decoding, shared by every role
+- ``node.model``   the model pair: named pairs, loading on a kernel, the KV-cache adapter, the
+  kernels, local decoding; shared by every role
 - ``node.runtime`` process runtime (data dirs, logging, heap freeze, signals), owned by no role
 - ``node.training`` training the shipped pair; preparing the real target and its teacher data
 - ``node.lab``     demos, benchmarks, the report and the child-process helpers they use

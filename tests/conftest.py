@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from node.lab.trio_thread import TrioThread
-from node.models import load_pair
+from node.model.loading import load_pair
 
 torch.set_num_threads(2)
 
@@ -55,9 +55,9 @@ def chain(tmp_path_factory):
 @pytest.fixture(scope="session")
 def real_pair():
     """The real pair: SmolLM2-135M-Instruct (converted by `make setup`) and the draft shipped for it,
-    on the kernel a target node serves with by default (node.kernels)."""
-    from node.kernels import DEFAULT_KERNEL
-    from node.pairs import get_pair
+    on the kernel a target node serves with by default (node.model.kernels)."""
+    from node.model.kernels import DEFAULT_KERNEL
+    from node.model.pairs import get_pair
 
     named = get_pair("smollm2")
     return load_pair(named.target_dir(), named.draft_dir(), DEFAULT_KERNEL)

@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from node.decoding import pair_proposer
+from node.model.decoding import pair_proposer
 from verifier.decode import decode_plain, decode_speculative
 from verifier.model import score
 from verifier.params import SamplingParams

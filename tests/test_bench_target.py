@@ -7,11 +7,11 @@ import json
 
 import numpy as np
 
-from node.kernels import KERNELS
-from node.kernels.linear import prepack_linears
 from node.lab.bench_target import run_bench_target, shape_drift, weight_bytes
 from node.lab.config import TargetBenchConfig
-from node.models import TINY_TARGET, load_model_dir
+from node.model.kernels import KERNELS
+from node.model.kernels.linear import prepack_linears
+from node.model.loading import TINY_TARGET, load_model_dir
 from verifier.tolerance import TOLERANCE_DELTA
 
 

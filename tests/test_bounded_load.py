@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import pytest
 import trio
 
-from node.decoding import GenerateConfig, generate
+from node.model.decoding import GenerateConfig, generate
 from node.target.config import TargetConfig
 from node.target.node import MAX_GENERATE_STREAMS_PER_PEER, TargetNode
 from p2p.framing import FrameStream

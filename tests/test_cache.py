@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from node.models import HFCausalLM
+from node.model.adapter import HFCausalLM
 from verifier.errors import ContextTooLong
 from verifier.model import common_prefix, score
 

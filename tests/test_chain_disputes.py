@@ -25,7 +25,7 @@ from node.chain.challenger import challenge_receipt
 from node.chain.deployment import DEV_CHALLENGER, DEV_REFEREES, dev_address, dev_key
 from node.chain.receipts import CLOCK_SLACK_S, Domain, ReceiptError, RequestSpec, SignedReceipt
 from node.chain.referee import Referee
-from node.models import TINY_TARGET, model_hash
+from node.model.loading import TINY_TARGET, model_hash
 from verifier.params import SamplingParams
 from verifier.tolerance import TOLERANCE_DELTA, within_tolerance
 from verifier.verify import noisy_scores

@@ -18,7 +18,7 @@ from netutil import SPECMARKET, complete, start_target
 from node.chain.deployment import DEV_CHALLENGER, dev_address
 from node.chain.receipts import RequestSpec
 from node.cli import main
-from node.models import TINY_TARGET, model_hash
+from node.model.loading import TINY_TARGET, model_hash
 from verifier.params import SamplingParams
 
 RUN_TIMEOUT_S = 120

@@ -13,8 +13,8 @@ from node.chain.receipts import RequestSpec
 from node.cli import build_parser
 from node.cli.options import ConfigError, defaults, resolve
 from node.client.ask import AskConfig
-from node.decoding import GenerateConfig, generate
 from node.drafter.config import DrafterConfig
+from node.model.decoding import GenerateConfig, generate
 from node.target.config import TargetConfig
 from node.target.engine import CompletionRequest, Engine
 from p2p.messages import InvalidMessage, Open, Request, decode, encode

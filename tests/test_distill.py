@@ -10,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from node.models import load_model_dir
-from node.pairs import SMOLLM2_TARGET_DIR
-from node.subvocab import DRAFT_RECORD, FILL_LOGIT
+from node.model.loading import load_model_dir
+from node.model.pairs import SMOLLM2_TARGET_DIR
+from node.model.subvocab import DRAFT_RECORD, FILL_LOGIT
 from node.training.distill import frequency_ranked_ids, label, load_labels
 from node.training.distill_config import DistillConfig
 from node.training.distill_ship import ship

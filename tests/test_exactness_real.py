@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from node.decoding import encode_prompt
+from node.model.decoding import encode_prompt
 from tests.stats import P_VALUE_THRESHOLD, chi_square_pvalue
 from verifier.model import score
 from verifier.params import SamplingParams, token_probs

@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP API, end to end: real model, real Engine, real hypercorn, real clients.
 
 The server's trio loop runs in a background thread (``tests.httputil.serving``), and every answer is
-compared token for token with the local reference decoder (``node.decoding``).
+compared token for token with the local reference decoder (``node.model.decoding``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from node.client.http import ClientError, TargetHTTPError, TargetUnreachable, stream_completion
-from node.decoding import GenerateConfig, generate
+from node.model.decoding import GenerateConfig, generate
 from node.target import http_api
 from node.target.engine import Engine
 from node.target.http_api import build_app

@@ -23,7 +23,7 @@ from node.chain.audit import audit_answer
 from node.chain.receipts import SignedReceipt
 from node.cli import main
 from node.client.ask import AskConfig, check_receipt
-from node.models import TINY_TARGET, model_hash
+from node.model.loading import TINY_TARGET, model_hash
 from node.target.chat import FALLBACK_CHAT_TEMPLATE, chat_prompt
 from node.target.engine import CompletionRequest, Engine
 from node.target.http_api import build_app

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from node.decoding import encode_prompt, pair_proposer
+from node.model.decoding import encode_prompt, pair_proposer
 from tests.invariance import check_invariance
 from verifier.decode import decode_plain, decode_speculative
 from verifier.params import SamplingParams

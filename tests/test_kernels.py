@@ -1,4 +1,4 @@
-"""The skinny kernel (node/kernels): torch's product within float noise, bit-identical rows whatever
+"""The skinny kernel (node/model/kernels): torch's product within float noise, bit-identical rows whatever
 the pass width, the same tokens as torch's kernel on a real model, and a clear fallback where it
 cannot be built."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-import node.kernels as kernels
-from node.kernels import SKINNY_MAX_ROWS, KernelUnavailable, library, load_kernel
-from node.kernels.linear import SkinnyLinear
-from node.models import TINY_TARGET, load_model_dir
+import node.model.kernels as kernels
+from node.model.kernels import SKINNY_MAX_ROWS, KernelUnavailable, library
+from node.model.kernels.linear import SkinnyLinear
+from node.model.loading import TINY_TARGET, load_kernel, load_model_dir
 from verifier.tolerance import TOLERANCE_DELTA
 
 SHAPES = [(1, 8), (5, 8), (13, 576), (576, 576), (1536, 576), (576, 1536), (4099, 64)]  # (N, K), ragged N too
@@ -75,7 +75,7 @@ def test_skinny_float16_weights_give_the_fp32_kernels_bits_succeeds(n, k):
 
 
 def test_rms_norm_matches_torch_and_rows_do_not_depend_on_the_pass_width_succeeds():
-    from node.kernels.llama import RMSNorm
+    from node.model.kernels.llama import RMSNorm
 
     torch.manual_seed(4)
     norm = torch.nn.RMSNorm(576, eps=1e-5)
@@ -144,7 +144,7 @@ def test_skinny_falls_back_to_plain_where_it_cannot_run_succeeds(monkeypatch, ca
     monkeypatch.setattr(kernels, "_library", None)
     monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"sse2"})
     model, _ = load_model_dir(TINY_TARGET, "target")
-    with caplog.at_level(logging.WARNING, logger="node.kernels"):
+    with caplog.at_level(logging.WARNING, logger="node.model.loading"):
         fallback = load_kernel(model.model, "target", "skinny")
     assert fallback.kernel == "plain" and not any(isinstance(m, SkinnyLinear) for m in fallback.model.modules())
     assert "lacks avx2, fma" in caplog.text and "plain" in caplog.text
@@ -170,8 +170,8 @@ def small_llama():
 
 
 def test_lean_forward_computes_the_hf_forward_succeeds(small_llama):
-    from node.kernels.llama import INITIAL_CAPACITY, LeanLlamaLM
-    from node.models import HFCausalLM
+    from node.model.adapter import HFCausalLM
+    from node.model.kernels.llama import INITIAL_CAPACITY, LeanLlamaLM
 
     lean = load_kernel(small_llama, "llama", "skinny")
     assert isinstance(lean, LeanLlamaLM) and lean.kernel == "skinny"

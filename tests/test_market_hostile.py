@@ -20,8 +20,8 @@ from libp2p.exceptions import BaseLibp2pError
 from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
 from libp2p.utils.varint import encode_uvarint
 
-from node.decoding import GenerateConfig, generate
 from node.lab.trio_thread import TrioThread
+from node.model.decoding import GenerateConfig, generate
 from p2p.framing import FrameStream
 from p2p.host import make_host, parse_listen, parse_peer_addr
 from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, TO_TARGET, Draft, Open

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.decoding import GenerateConfig, generate
+from node.model.decoding import GenerateConfig, generate
 from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_target, wait_for_drafters
 
 PROMPTS = ["def parse(self, text):\n", "import os\n\n", "class Cache:\n    def __init__("]

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.models import ModelLoadError, load_pair
-from node.pairs import MODELS_DIR
+from node.model.loading import ModelLoadError, load_pair
+from node.model.pairs import MODELS_DIR
 from node.training.corpus import encode_files, split_corpus
 from node.training.loop import heldout_figures
 from verifier.errors import ModelMismatch

@@ -26,7 +26,7 @@ from node.chain.operator import Operator, OperatorConfig, open_operator
 from node.chain.receipts import RECEIPT_FRESH_S
 from node.chain.standing import NotServing, StandingWatch
 from node.chain.store import StoreError, open_store
-from node.models import TINY_TARGET, model_hash
+from node.model.loading import TINY_TARGET, model_hash
 from node.target.dashboard import node_condition
 from node.target.engine import CompletionRequest, Engine
 from node.target.http_api import build_app

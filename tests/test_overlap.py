@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from node.decoding import GenerateConfig, generate
+from node.model.decoding import GenerateConfig, generate
 from tests.netutil import InProcessDrafter, complete, http_json, start_target, wait_for_drafters
 from verifier.params import SamplingParams
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from node.models import ModelLoadError, load_model_dir, model_hash
-from node.pairs import (
+from node.model.loading import ModelLoadError, load_model_dir, model_hash
+from node.model.pairs import (
     CONVERTED_MARKER,
     SETUP_COMMAND,
     SMOLLM2_TARGET_DIR,

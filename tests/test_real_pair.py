@@ -142,8 +142,8 @@ def test_the_lean_forward_computes_the_hf_forward_on_the_real_pair(real_pair, ro
     """The served kernel (the lean forward on the skinny kernel; the draft's sub-vocabulary head too)
     against HF's own forward on torch's kernel: prefill, one-position and verification-width passes,
     a rollback, far inside the band."""
-    from node.models import load_model_dir
-    from node.pairs import get_pair
+    from node.model.loading import load_model_dir
+    from node.model.pairs import get_pair
 
     named = get_pair("smollm2")
     lean = getattr(real_pair, role).fork()
@@ -168,8 +168,8 @@ def test_the_shipped_draft_matches_its_manifest_and_size_cap():
     import hashlib
     import json
 
-    from node.pairs import check_prepared, get_pair
-    from node.subvocab import DRAFT_RECORD
+    from node.model.pairs import check_prepared, get_pair
+    from node.model.subvocab import DRAFT_RECORD
 
     named = get_pair("smollm2")
     manifest = json.loads((named.draft / "MANIFEST.json").read_text())

@@ -15,7 +15,7 @@ from chainutil import chain_now, deployed_chain, new_operator, warp, wrong_answe
 from node.chain.client import ChainRevert
 from node.chain.deployment import DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
 from node.chain.referee import Referee
-from node.models import TINY_TARGET, model_hash
+from node.model.loading import TINY_TARGET, model_hash
 
 RESOLVE_TIMEOUT_S = 600
 AT_FAULT = 2

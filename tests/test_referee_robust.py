@@ -33,7 +33,7 @@ from node.chain.client import BondClient, connect
 from node.chain.deployment import DEV_REFEREES, BondConfig, dev_key
 from node.chain.receipts import SECP256K1_N, Disputed, RequestSpec
 from node.chain.referee import Referee, backoff_delay
-from node.models import TINY_TARGET, model_hash
+from node.model.loading import TINY_TARGET, model_hash
 from verifier.params import SamplingParams
 
 RESOLVE_TIMEOUT_S = 600  # shorter than the challenge window, so a warp past it keeps receipts challengeable

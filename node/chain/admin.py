@@ -31,7 +31,7 @@ from node.chain.deployment import (
 )
 from node.chain.keys import read_key
 from node.chain.referee import Referee
-from node.models import load_model_dir, model_hash
+from node.model.loading import load_model_dir, model_hash
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from node.chain import ChainError
 from node.chain.receipts import SignedReceipt
-from node.models import HFCausalLM
+from node.model.adapter import HFCausalLM
 from verifier.params import SamplingParams
 from verifier.tolerance import shortfall, within_tolerance
 

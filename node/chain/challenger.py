@@ -12,7 +12,7 @@ from node.chain.audit import Audit, audit_answer, check_model, judge_step
 from node.chain.client import BondClient
 from node.chain.deployment import format_ether
 from node.chain.receipts import CLOCK_SLACK_S, ReceiptError, SignedReceipt
-from node.models import HFCausalLM
+from node.model.adapter import HFCausalLM
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from node.chain.anvil import DEFAULT_RPC
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, BondConfig
-from node.pairs import DEFAULT_PAIR, get_pair
+from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
 
 DEFAULT_POLL_S = 1.0  # a referee's look at the chain
@@ -42,7 +42,7 @@ class RefereeConfig:
     target_model: Path | None = None  # default: the pair's target
     pool: Path = field(default_factory=lambda: default_data_dir("referee") / "verdicts")  # shared verdict pool
     poll_s: float = DEFAULT_POLL_S
-    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.model.pairs)
 
     @property
     def target_dir(self) -> Path:
@@ -59,7 +59,7 @@ class ChallengeConfig:
     position: int | None = None  # challenge this position instead of the audit's first wrong token
     wait: bool = False  # wait for the verdict, then withdraw the challenger's credit
     wait_s: float = DEFAULT_WAIT_S
-    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.model.pairs)
     force: bool = False  # with position: submit it even where the audit shows it is certain to fail
 
     @property

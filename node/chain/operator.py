@@ -184,7 +184,7 @@ def open_operator(cfg: OperatorConfig, model_dir: Path, data_dir: Path) -> tuple
     """Connect to the deployment, load the key, and register/bond if needed (blocking)."""
     from node.chain.client import connect
     from node.chain.deployment import Deployment
-    from node.models import model_hash
+    from node.model.loading import model_hash
 
     w3 = connect(cfg.rpc)
     deployment = Deployment.load(cfg.deployments_dir, int(w3.eth.chain_id))

@@ -37,7 +37,7 @@ from node.chain.audit import Judgement, judge_step
 from node.chain.client import BondClient, ChainRevert, ChallengeStatus, shown_rpc
 from node.chain.config import DEFAULT_POLL_S
 from node.chain.receipts import MICROS, Disputed, ReceiptError, check_canonical, sign_verdict, verdict_signable
-from node.models import HFCausalLM
+from node.model.adapter import HFCausalLM
 from verifier.errors import SpecmarketError
 from verifier.params import SamplingParams
 

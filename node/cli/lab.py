@@ -12,8 +12,8 @@ import logging
 from pathlib import Path
 
 from node.cli.options import add_pair_option, defaults
-from node.kernels import KERNELS
 from node.lab.config import MAX_DEMO_TOKENS, BenchConfig, NetDemoConfig, P2PBenchConfig, TargetBenchConfig
+from node.model.kernels import KERNELS
 from node.training.config import PipelineConfig
 
 THEORY_ALPHAS = (0.5, 0.7, 0.8, 0.9)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from node.cli.options import add_pair_option, defaults, resolve
-from node.decoding import DRAFTERS, GenerateConfig
+from node.model.decoding import DRAFTERS, GenerateConfig
 from verifier.params import SamplingParams
 from verifier.verify import Rule
 
@@ -47,7 +47,7 @@ def _add_generate(sub) -> None:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from node.decoding import generate
+    from node.model.decoding import generate
 
     opts = resolve(args, "generate", GenerateConfig, SamplingParams)
     opts["params"] = SamplingParams(**{k: opts.pop(k) for k in SAMPLING_FIELDS})
@@ -72,7 +72,7 @@ def add_local_commands(sub) -> None:
 
 
 def _add_prepare_target(sub) -> None:
-    from node.pairs import SMOLLM2_TARGET_DIR
+    from node.model.pairs import SMOLLM2_TARGET_DIR
 
     p = sub.add_parser(
         "prepare-target",
@@ -90,7 +90,7 @@ def _add_prepare_target(sub) -> None:
 
 
 def _cmd_prepare_target(args: argparse.Namespace) -> int:
-    from node.pairs import check_prepared
+    from node.model.pairs import check_prepared
     from node.runtime import node_logging
     from node.training.smollm2 import convert
 

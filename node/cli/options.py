@@ -100,8 +100,8 @@ def resolve(args: argparse.Namespace, section: str, *classes: type) -> dict[str,
 
 
 def add_kernel_option(p: argparse.ArgumentParser, default: str) -> None:
-    """``--kernel``: the linear-layer kernel of the model's forward pass (node.kernels), a speed choice."""
-    from node.kernels import KERNELS
+    """``--kernel``: the linear-layer kernel of the model's forward pass (node.model.kernels), a speed choice."""
+    from node.model.kernels import KERNELS
 
     p.add_argument(
         "--kernel",
@@ -113,7 +113,7 @@ def add_kernel_option(p: argparse.ArgumentParser, default: str) -> None:
 
 def add_pair_option(p: argparse.ArgumentParser, default: str) -> None:
     """``--pair``: the named target/draft pair whose directories are used unless paths are given."""
-    from node.pairs import PAIRS
+    from node.model.pairs import PAIRS
 
     p.add_argument(
         "--pair",

@@ -21,7 +21,7 @@ from typing import Any
 from node import safe_json
 from node.chain.anvil import DEFAULT_RPC
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR
-from node.pairs import DEFAULT_PAIR, get_pair
+from node.model.pairs import DEFAULT_PAIR, get_pair
 from verifier.errors import InvalidParams
 from verifier.noise import MAX_SEED
 
@@ -124,8 +124,8 @@ def _check_against_request_and_chain(signed, summary: dict[str, Any], cfg: AskCo
     from node.chain.admin import bond_client
     from node.chain.config import ChainConfig
     from node.client.receipt_check import Asked, check_covers, check_on_chain
-    from node.decoding import encode_prompt
-    from node.models import model_hash
+    from node.model.decoding import encode_prompt
+    from node.model.loading import model_hash
     from node.target.chat import chat_prompt
     from verifier.params import SamplingParams
 

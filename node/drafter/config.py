@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.drafter.strategies import DEFAULT_SLOW_MS, STRATEGIES
-from node.kernels import DEFAULT_KERNEL, KERNELS
-from node.pairs import DEFAULT_PAIR, get_pair
+from node.model.kernels import DEFAULT_KERNEL, KERNELS
+from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
@@ -24,14 +24,14 @@ class DrafterConfig:
     """Every default of `specmarket drafter`, written once (the CLI reads them from here)."""
 
     bootstrap: str  # the target's multiaddr, ending in /p2p/<peer id>
-    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs): its draft is served
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.model.pairs): its draft is served
     model: Path | None = None  # draft model directory; default: the pair's draft
     strategy: str = "honest"
     data_dir: Path = field(default_factory=lambda: default_data_dir("drafter"))  # identity key
     listen: str = DEFAULT_LISTEN
     slow_ms: int = DEFAULT_SLOW_MS  # delay of the slow strategy
     seed: int = 0  # for the random strategy and flaky's drop point
-    kernel: str = DEFAULT_KERNEL  # the draft's linear-layer kernel (node.kernels): speed only
+    kernel: str = DEFAULT_KERNEL  # the draft's linear-layer kernel (node.model.kernels): speed only
     threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
     overlap: bool = True  # draft the next block while the target verifies (early drafts); off: --no-overlap
     target_http: str | None = None  # the target's HTTP API: its /health says where it listens if it moved

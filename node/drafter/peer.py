@@ -31,7 +31,8 @@ from node.client.http import http_json
 from node.drafter.config import DrafterConfig
 from node.drafter.session import DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
-from node.models import HFCausalLM, load_model_dir, tokenizer_fingerprint
+from node.model.adapter import HFCausalLM
+from node.model.loading import load_model_dir, tokenizer_fingerprint
 from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamEnded, StreamFailed
 from p2p.host import InvalidAddress, parse_peer_addr, peer_addrs, running_host

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import msgpack
 
-from node.decoding import lying_wanted_token
+from node.model.decoding import lying_wanted_token
 from p2p.messages import MAX_FRAME_BYTES, Draft
 from verifier.decode import Proposer
 from verifier.model import LanguageModel

@@ -17,7 +17,8 @@ from tqdm import tqdm
 
 from node.lab.config import BenchConfig
 from node.lab.workload import WORKLOADS, prompt_ids
-from node.models import HFCausalLM, ModelPair, load_pair
+from node.model.adapter import HFCausalLM
+from node.model.loading import ModelPair, load_pair
 from verifier.decode import DecodeResult, DecodeStats, decode
 from verifier.params import SamplingParams, token_probs
 from verifier.proposers import LocalDraftProposer
@@ -233,9 +234,9 @@ def _print_report(report: dict) -> None:
 
 
 def load_lab_pair(name: str) -> ModelPair:
-    """A named pair with the draft, its target on the kernel target nodes serve with (node.kernels)."""
-    from node.kernels import DEFAULT_KERNEL
-    from node.pairs import get_pair
+    """A named pair with the draft, its target on the kernel target nodes serve with (node.model.kernels)."""
+    from node.model.kernels import DEFAULT_KERNEL
+    from node.model.pairs import get_pair
 
     named = get_pair(name)
     return load_pair(named.target_dir(), named.draft_dir(), DEFAULT_KERNEL)

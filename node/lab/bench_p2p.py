@@ -33,7 +33,8 @@ from node.lab.config import P2PBenchConfig
 from node.lab.procs import CHILD_ENV, ProcessGroup, core_split, start_drafter, wait_for_drafters
 from node.lab.trio_thread import TrioThread
 from node.lab.workload import WORKLOADS, prompt_ids
-from node.models import HFCausalLM, ModelPair
+from node.model.adapter import HFCausalLM
+from node.model.loading import ModelPair
 from node.runtime import sigterm_unwinds
 from node.target.engine import CompletionRequest, Engine
 from verifier.params import SamplingParams

@@ -8,7 +8,7 @@ divides by the verify cost). This measures, in one process and one run:
 
 - the memory bandwidth: a streaming read (``sum``) of a buffer far larger than the caches;
 - t_target(1) and v(γ) for γ = 1..max_gamma after a COST_CONTEXT-token prefix, per linear-layer
-  kernel (node.kernels: ``skinny``, ``plain`` nn.Linear, ``prepacked`` oneDNN weights) and per
+  kernel (node.model.kernels: ``skinny``, ``plain`` nn.Linear, ``prepacked`` oneDNN weights) and per
   thread count. The kernels' passes are interleaved (one pass of each in turn), so that a noisy
   machine slows them alike and their ratios hold;
 - the logit drift between one (γ+1)-position pass and γ+1 one-position passes over the same tokens,
@@ -26,7 +26,8 @@ import numpy as np
 
 from node.lab.bench_local import COST_CONTEXT, median_seconds, write_json
 from node.lab.config import TargetBenchConfig
-from node.models import HFCausalLM, load_model_dir
+from node.model.adapter import HFCausalLM
+from node.model.loading import load_model_dir
 
 BANDWIDTH_BYTES = 1 << 30  # 1 GiB: far past any cache of this CPU
 BANDWIDTH_REPEATS = 5

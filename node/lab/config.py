@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from market.policy import DEFAULT_DEADLINE_MS
-from node.kernels import KERNELS
 from node.lab.workload import WORKLOADS, Workload
-from node.pairs import DEFAULT_PAIR, SMOLLM2_TARGET_DIR, get_pair
+from node.model.kernels import KERNELS
+from node.model.pairs import DEFAULT_PAIR, SMOLLM2_TARGET_DIR, get_pair
 from verifier.proposal import DEFAULT_GAMMA
 
 MAX_DEMO_TOKENS = 256  # the tiny target has a 512-position window; the prompts take a few dozen
@@ -27,7 +27,7 @@ class NetDemoConfig:
     prompts: tuple[str, ...] = ()  # default: the pair's workload (node.lab.workload)
     quick: bool = False  # CI: fewer prompts, tokens and forgery samples, same steps
     forgery_samples: int = 4000
-    pair: str = DEFAULT_PAIR  # every party's model pair (node.pairs)
+    pair: str = DEFAULT_PAIR  # every party's model pair (node.model.pairs)
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
@@ -51,7 +51,7 @@ class BenchConfig:
     temperatures: tuple[float, ...] = (0.0, 1.0)
     repeats: int = 3  # interleaved repetitions; the median tok/s is reported
     out: Path = Path("bench_out/bench_local.json")
-    pair: str = DEFAULT_PAIR  # node.pairs; the prompts are its workload's (node.lab.workload)
+    pair: str = DEFAULT_PAIR  # node.model.pairs; the prompts are its workload's (node.lab.workload)
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,14 @@ class P2PBenchConfig:
     repeats: int = 3  # interleaved repetitions; the median is reported
     draft_deadline_ms: float = DEFAULT_DEADLINE_MS
     out: Path = Path("bench_out/bench_p2p.json")
-    pair: str = DEFAULT_PAIR  # node.pairs; the prompts are its workload's (node.lab.workload)
+    pair: str = DEFAULT_PAIR  # node.model.pairs; the prompts are its workload's (node.lab.workload)
 
 
 @dataclass(frozen=True)
 class TargetBenchConfig:
     model_dir: Path = SMOLLM2_TARGET_DIR  # any local HF causal-LM directory; default the converted SmolLM2-135M
     threads: tuple[int, ...] = (1, 2)
-    kernels: tuple[str, ...] = KERNELS  # node.kernels
+    kernels: tuple[str, ...] = KERNELS  # node.model.kernels
     max_gamma: int = 8
     repeats: int = 15  # passes per timing; the median is reported
     out: Path = Path("bench_out/bench_target.json")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from node.decoding import GenerateConfig, generate
 from node.lab.plots import write_theory_plots
 from node.lab.workload import WORKLOADS
-from node.models import load_pair
-from node.pairs import get_pair
+from node.model.decoding import GenerateConfig, generate
+from node.model.loading import load_pair
+from node.model.pairs import get_pair
 from verifier.params import SamplingParams
 from verifier.verify import Rule
 

@@ -42,7 +42,7 @@ from node.lab.procs import (
     wait_for_drafters,
 )
 from node.lab.workload import MODES, ask, prompt_ids
-from node.pairs import get_pair
+from node.model.pairs import get_pair
 from node.runtime import sigterm_unwinds
 
 log = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig, referees: li
     from node.chain.deployment import DEV_CHALLENGER, DEV_TREASURY, dev_address, dev_key
     from node.chain.receipts import SignedReceipt
     from node.lab.trust import resolution
-    from node.models import model_hash
+    from node.model.loading import model_hash
 
     answer = _ask(http, cfg, cfg.prompts[0], seed=0)
     signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
@@ -346,8 +346,8 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     from node.chain.anvil import AnvilProcess, free_port
     from node.chain.client import BondClient, connect, deploy
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
-    from node.kernels import DEFAULT_KERNEL
-    from node.models import load_pair
+    from node.model.kernels import DEFAULT_KERNEL
+    from node.model.loading import load_pair
     from node.runtime import freeze_startup_heap
 
     with AnvilProcess(free_port()) as anvil:

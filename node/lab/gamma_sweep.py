@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import torch
 
-from node.decoding import GenerateConfig, run_decode
-from node.models import ModelPair
+from node.model.decoding import GenerateConfig, run_decode
+from node.model.loading import ModelPair
 from verifier.decode import DecodeResult
 from verifier.errors import InvalidParams
 from verifier.params import SamplingParams

@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from node.client.http import http_json
-from node.pairs import DEFAULT_PAIR
+from node.model.pairs import DEFAULT_PAIR
 from verifier.errors import SpecmarketError
 
 STARTUP_TIMEOUT_S = 120.0  # importing torch and loading models on a busy 2-core machine

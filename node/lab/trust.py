@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from node.chain.audit import Audit, audit_answer
 from node.chain.client import BondClient
 from node.chain.receipts import SignedReceipt
-from node.models import HFCausalLM
+from node.model.adapter import HFCausalLM
 
 # Kaplan et al. (2020), "Scaling Laws for Neural Language Models", §2.1: a forward pass costs
 # about 2 FLOPs per parameter per scored position (the attention-context term, 2·n_layer·n_ctx·d,

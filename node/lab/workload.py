@@ -51,7 +51,7 @@ WORKLOADS = {
 def prompt_ids(tokenizer, text: str, chat: bool) -> list[int]:
     """A prompt's token ids as the target serves it: through the chat template for a chat workload
     (what ``/v1/chat/completions`` conditions on), else as a completion (``encode_prompt``)."""
-    from node.decoding import encode_prompt
+    from node.model.decoding import encode_prompt
     from node.target.chat import chat_prompt
 
     if chat:

@@ -14,8 +14,8 @@ from market.policy import DEFAULT_DEADLINE_MS
 from node.chain.cheat import Cheat
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, parse_ether
 from node.chain.keys import OPERATOR_KEY_FILE
-from node.kernels import DEFAULT_KERNEL, KERNELS
-from node.pairs import DEFAULT_PAIR, get_pair
+from node.model.kernels import DEFAULT_KERNEL, KERNELS
+from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
@@ -69,10 +69,10 @@ class TargetConfig:
     # 32 tokens judge a drafter: an honest one (per-token match ~0.5-0.7) matches nothing in 8 rounds
     # with probability ~0.3^8 < 1e-4, while a useless one costs half a 64-token trial
     judge_after_tokens: int = 32
-    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.model.pairs)
     target_model: Path | None = None  # default: the pair's target
     draft_model: Path | None = None  # default: the pair's draft; loaded only for --cheat draft-model
-    kernel: str = DEFAULT_KERNEL  # the target's linear-layer kernel (node.kernels): speed only
+    kernel: str = DEFAULT_KERNEL  # the target's linear-layer kernel (node.model.kernels): speed only
     chain: str | None = None  # JSON-RPC URL: bond there and sign a receipt for every answer; None: unbonded
     deployments: Path = DEFAULT_DEPLOYMENTS_DIR
     operator_key: Path | None = None  # default: DATA_DIR/keys/operator.key

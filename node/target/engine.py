@@ -22,8 +22,8 @@ import trio
 
 from node.chain.cheat import Cheat
 from node.chain.receipts import RequestSpec, SignedReceipt
-from node.decoding import check_fits, encode_prompt
-from node.models import ModelPair
+from node.model.decoding import check_fits, encode_prompt
+from node.model.loading import ModelPair
 from node.target.config import DEFAULT_MAX_JOBS
 from node.target.counters import EngineCounters, JobHistory, JobRecord, format_stats, new_job_id
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode

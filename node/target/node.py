@@ -19,7 +19,7 @@ from market.policy import Policy, PolicyConfig
 from market.registry import Registry
 from node.chain.cheat import Cheat
 from node.chain.operator import Operator, open_operator
-from node.models import ModelPair, load_pair
+from node.model.loading import ModelPair, load_pair
 from node.runtime import holding_port
 from node.target.config import TargetConfig
 from node.target.counters import ClientGone

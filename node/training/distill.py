@@ -7,7 +7,7 @@ Three resumable stages, each keeping its state in ``work_dir`` (``specmarket tra
    all of the mass, to keep the labels small). Sources: the target's own answers to the teacher prompts
    (``node.training.teacher``; loss on the answer tokens) and raw standard-library code
    (files of the corpus's training split that no held-out prompt was made from).
-2. **train**: the draft (``node.subvocab``: the target's embedding, a few of its decoder layers as
+2. **train**: the draft (``node.model.subvocab``: the target's embedding, a few of its decoder layers as
    the starting point, a frequency-ranked sub-vocabulary head) minimises the cross-entropy to the
    target's top-k distribution renormalised over the sub-vocabulary. Checkpoints are atomic, so an
    interrupted run resumes at its last checkpoint.
@@ -131,7 +131,7 @@ def _label_stream(cfg: DistillConfig, name: str, sequences: Iterator[tuple[list[
 
 
 def label(cfg: DistillConfig) -> None:
-    from node.models import load_model_dir
+    from node.model.loading import load_model_dir
 
     cfg.work_dir.mkdir(parents=True, exist_ok=True)
     wrapped, tokenizer = load_model_dir(cfg.target_dir, "target")

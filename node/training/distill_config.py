@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.pairs import MODELS_DIR, SMOLLM2_TARGET_DIR
+from node.model.pairs import MODELS_DIR, SMOLLM2_TARGET_DIR
 from node.runtime import default_data_dir
 from verifier.errors import InvalidParams
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from node.kernels import DEFAULT_KERNEL
-from node.subvocab import DRAFT_RECORD, DRAFT_WEIGHTS, EMBED_KEY
+from node.model.kernels import DEFAULT_KERNEL
+from node.model.subvocab import DRAFT_RECORD, DRAFT_WEIGHTS, EMBED_KEY
 from node.training.distill import load_labels, teacher_records
 from node.training.distill_config import DistillConfig
 from node.training.distill_train import restore
@@ -83,10 +83,10 @@ def evaluate(cfg: DistillConfig, draft) -> dict:
 
 def draft_ms_per_token(draft, kernel: str) -> list[float]:
     """Median time of one drafted token (one position with a KV cache) on the current threads, with
-    the linear-layer kernel ``kernel`` (node.kernels; a drafter peer serves with DEFAULT_KERNEL), in
+    the linear-layer kernel ``kernel`` (node.model.kernels; a drafter peer serves with DEFAULT_KERNEL), in
     each of SPEED_ROUNDS rounds, fastest first: the spread is the machine's noise (other tenants'
     memory traffic), and the first figure, as with ``timeit``, the draft's own cost."""
-    from node.kernels import load_kernel
+    from node.model.loading import load_kernel
 
     model = load_kernel(draft, "draft", kernel)
     medians = []
@@ -142,7 +142,7 @@ def ship(cfg: DistillConfig) -> dict:
     """Evaluate the trained draft and write ``cfg.out_dir`` (replaced whole, atomically)."""
     from transformers import AutoTokenizer
 
-    from node.pairs import check_prepared
+    from node.model.pairs import check_prepared
 
     labels = load_labels(cfg.work_dir)  # read once: for the head's sub-vocabulary and the summary
     draft, _, step, sub_ids = restore(cfg, labels)

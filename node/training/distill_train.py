@@ -25,7 +25,7 @@ def build_draft(cfg: DistillConfig, sub_ids: np.ndarray):
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    from node.subvocab import make_head
+    from node.model.subvocab import make_head
 
     target = AutoModelForCausalLM.from_pretrained(cfg.target_dir, dtype=torch.float32)
     config = LlamaConfig(**{**target.config.to_dict(), "num_hidden_layers": len(cfg.layers)})

@@ -14,7 +14,7 @@ import json
 import logging
 from pathlib import Path
 
-from node.pairs import CONVERTED_MARKER, SMOLLM2_TARGET_DIR
+from node.model.pairs import CONVERTED_MARKER, SMOLLM2_TARGET_DIR
 from verifier.errors import SpecmarketError
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def sha256_file(path: Path) -> str:
 def is_converted(out_dir: Path, gguf_sha256: str) -> bool:
     """True when ``out_dir`` holds a complete conversion of this GGUF whose files still hash to the
     model hash recorded at conversion (so a damaged directory is converted again)."""
-    from node.models import model_hash
+    from node.model.loading import model_hash
 
     marker = out_dir / CONVERTED_MARKER
     try:
@@ -73,7 +73,7 @@ def convert(out_dir: Path = SMOLLM2_TARGET_DIR) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from node.models import model_hash
+    from node.model.loading import model_hash
 
     source = gguf_path()
     if importlib.util.find_spec("gguf") is None:

@@ -76,7 +76,7 @@ def load_subvocab_draft(path: Path):
     from safetensors.torch import load_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from node.pairs import check_prepared, get_pair
+    from node.model.pairs import check_prepared, get_pair
 
     path = Path(path)
     record = read_record(path)

@@ -6,7 +6,7 @@ import ctypes
 
 import torch
 
-from node.kernels import LANES, SKINNY_MAX_ROWS
+from node.model.kernels import LANES, SKINNY_MAX_ROWS
 
 
 def is_exact_in_float16(weight: torch.Tensor) -> bool:

@@ -1,19 +1,20 @@
-"""Loading local Hugging Face model directories and adapting them to verifier.LanguageModel."""
+"""Loading local Hugging Face model directories as ``HFCausalLM`` (node.model.adapter) on the
+linear-layer kernel asked for: this module chooses the kernel (``load_kernel``); the kernels
+(node.model.kernels) know nothing of loading."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from node.pairs import CACHE_DIR, CONVERTED_MARKER, PAIRS, SETUP_COMMAND
-from node.subvocab import is_subvocab_draft, load_subvocab_draft
-from verifier.errors import ContextTooLong, ModelMismatch, SpecmarketError
+from node.model.adapter import HFCausalLM
+from node.model.kernels import KERNELS, KernelUnavailable, library
+from node.model.pairs import CACHE_DIR, CONVERTED_MARKER, PAIRS, SETUP_COMMAND
+from node.model.subvocab import is_subvocab_draft, load_subvocab_draft
+from verifier.errors import ModelMismatch, SpecmarketError
 
 log = logging.getLogger(__name__)
 
@@ -25,55 +26,6 @@ class ModelLoadError(SpecmarketError):
     """A model directory that is missing or not a loadable HF causal LM."""
 
 
-class HFCausalLM:
-    """A transformers causal LM with a DynamicCache that can be rolled back (transformers 5 API)."""
-
-    def __init__(self, model, name: str = "model", kernel: str = "plain") -> None:
-        from transformers import DynamicCache
-
-        self.model = model.eval()
-        self.name = name
-        self.kernel = kernel  # the linear-layer kernel in use (node.kernels)
-        self.vocab_size = int(model.config.vocab_size)
-        self.max_positions = int(getattr(model.config, "n_positions", 0) or model.config.max_position_embeddings)
-        self._cache_cls = DynamicCache
-        self.reset()
-
-    def reset(self) -> None:
-        self._cache = self._cache_cls(config=self.model.config)
-        self._tokens: list[int] = []
-
-    def cached(self) -> Sequence[int]:
-        return self._tokens
-
-    def extend(self, tokens: Sequence[int]) -> np.ndarray:  # -> [len(tokens), V] float32
-        import torch
-
-        if not tokens:
-            raise ValueError("extend needs at least one token")
-        if len(self._tokens) + len(tokens) > self.max_positions:
-            raise ContextTooLong(
-                f"{self.name}: {len(self._tokens) + len(tokens)} positions exceed the context window "
-                f"of {self.max_positions}"
-            )
-        ids = torch.tensor([list(tokens)], dtype=torch.long)
-        with torch.inference_mode():
-            out = self.model(input_ids=ids, cache=self._cache, use_cache=True)
-        self._tokens.extend(int(t) for t in tokens)
-        return out.logits[0].float().numpy()
-
-    def rollback(self, n: int) -> None:
-        if n < 0 or n > len(self._tokens):
-            raise ValueError(f"cannot roll back {n} of {len(self._tokens)} cached tokens")
-        if n:
-            self._cache.crop(-n)  # transformers 5: a negative argument removes that many tokens
-            del self._tokens[-n:]
-
-    def fork(self) -> HFCausalLM:
-        """Same weights, separate (empty) cache."""
-        return HFCausalLM(self.model, self.name, self.kernel)
-
-
 def tokenizer_fingerprint(tokenizer) -> str:
     """sha256 over the sorted vocabulary: equal fingerprints mean interchangeable token ids."""
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
@@ -82,13 +34,11 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def load_model_dir(path: Path | str, name: str, kernel: str = "plain") -> tuple[HFCausalLM, object]:
     """Load a local HF model directory as fp32 with its tokenizer; ``kernel`` picks the linear-layer
-    kernel (node.kernels: a speed choice, falling back to plain where it cannot run)."""
+    kernel (node.model.kernels: a speed choice, falling back to plain where it cannot run)."""
     import torch
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
-
-    from node.kernels import load_kernel
 
     hf_logging.disable_progress_bar()  # loading a local 20 MB model needs no progress bar
 
@@ -107,6 +57,32 @@ def load_model_dir(path: Path | str, name: str, kernel: str = "plain") -> tuple[
     return load_kernel(model, name, kernel), tokenizer
 
 
+def load_kernel(model, name: str, kernel: str) -> HFCausalLM:
+    """``model`` (a HF causal LM) as an ``HFCausalLM`` running ``kernel``; the result's ``kernel``
+    says what runs. ``skinny`` on a Llama model is the lean forward (node.model.kernels.llama),
+    elsewhere the skinny linear layers in the HF forward. It falls back to ``plain``, with a
+    warning, where it cannot run: the choice changes speed only, never the sampled distribution.
+    """
+    from node.model.kernels.linear import prepack_linears, use_skinny_linears
+
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    if kernel == "prepacked":
+        prepack_linears(model)
+    elif kernel == "skinny":
+        try:
+            lib = library()
+        except KernelUnavailable as exc:
+            log.warning("%s; using torch's kernel (plain) instead", exc)
+            return HFCausalLM(model, name, "plain")
+        from node.model.kernels.llama import LeanLlamaLM, is_lean_capable
+
+        if is_lean_capable(model):
+            return LeanLlamaLM(model, name, lib)
+        use_skinny_linears(model, lib)
+    return HFCausalLM(model, name, kernel)
+
+
 @dataclass(frozen=True)
 class ModelPair:
     target: HFCausalLM
@@ -119,7 +95,7 @@ def load_pair(
     target_dir: Path | str = TINY_TARGET, draft_dir: Path | str | None = TINY_DRAFT, kernel: str = "plain"
 ) -> ModelPair:
     """Load a target (and optionally a draft); a vocabulary mismatch is a ModelMismatch error.
-    ``kernel`` is the linear-layer kernel of both (node.kernels)."""
+    ``kernel`` is the linear-layer kernel of both (node.model.kernels)."""
     target, tokenizer = load_model_dir(target_dir, "target", kernel)
     fingerprint = tokenizer_fingerprint(tokenizer)
     draft = None

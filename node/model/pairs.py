@@ -17,7 +17,7 @@ from pathlib import Path
 
 from verifier.errors import InvalidParams, SpecmarketError
 
-REPO_DIR = Path(__file__).resolve().parents[1]
+REPO_DIR = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO_DIR / "models"
 CACHE_DIR = REPO_DIR / ".cache" / "models"
 SMOLLM2_TARGET_DIR = CACHE_DIR / "smollm2-135m-instruct"

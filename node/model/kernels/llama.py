@@ -25,9 +25,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from node.kernels import LANES
-from node.kernels.linear import SkinnyLinear
-from node.models import HFCausalLM
+from node.model.adapter import HFCausalLM
+from node.model.kernels import LANES
+from node.model.kernels.linear import SkinnyLinear
 from verifier.errors import ContextTooLong
 
 INITIAL_CAPACITY = 256  # cache positions allocated per job at first; doubled as needed
@@ -104,7 +104,7 @@ class LeanWeights:
 
 
 class _SubVocabHead:
-    """A sub-vocabulary head (node.subvocab) on the skinny kernel: scores its S tokens, FILL elsewhere."""
+    """A sub-vocabulary head (node.model.subvocab) on the skinny kernel: scores its S tokens, FILL elsewhere."""
 
     def __init__(self, head, lib: ctypes.CDLL) -> None:
         linear = torch.nn.Linear(head.weight.shape[1], head.weight.shape[0], bias=False)
@@ -112,7 +112,7 @@ class _SubVocabHead:
         self.scores, self.ids, self.vocab_size = SkinnyLinear(linear, lib), head.ids, head.vocab_size
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:  # [M, d] -> [M, V]
-        from node.subvocab import FILL_LOGIT
+        from node.model.subvocab import FILL_LOGIT
 
         out = hidden.new_full((hidden.shape[0], self.vocab_size), FILL_LOGIT)
         out[:, self.ids] = self.scores(hidden)

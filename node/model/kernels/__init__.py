@@ -11,7 +11,8 @@
 
 Every kernel is fp32: logits differ between kernels and pass shapes only by summation order, well
 inside the tolerance band (docs/design.md §4); ``bench-target`` measures both the drift and the
-speed, and docs/target-performance.md records the choice.
+speed, and docs/target-performance.md records the choice. Which kernel a model runs is chosen
+where it is loaded (``node.model.loading.load_kernel``): the kernels know nothing of loading.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from node.pairs import CACHE_DIR
+from node.model.pairs import CACHE_DIR
 from verifier.errors import SpecmarketError
 from verifier.proposal import MAX_GAMMA
 
@@ -103,30 +104,3 @@ def library() -> ctypes.CDLL:
     lib.skinny_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
     _library = lib
     return lib
-
-
-def load_kernel(model, name: str, kernel: str):
-    """``model`` (a HF causal LM) as an ``HFCausalLM`` running ``kernel``; the result's ``kernel``
-    says what runs. ``skinny`` on a Llama model is the lean forward (node.kernels.llama), elsewhere
-    the skinny linear layers in the HF forward. It falls back to ``plain``, with a warning, where
-    it cannot run: the choice changes speed only, never the sampled distribution.
-    """
-    from node.kernels.linear import prepack_linears, use_skinny_linears
-    from node.models import HFCausalLM
-
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
-    if kernel == "prepacked":
-        prepack_linears(model)
-    elif kernel == "skinny":
-        try:
-            lib = library()
-        except KernelUnavailable as exc:
-            log.warning("%s; using torch's kernel (plain) instead", exc)
-            return HFCausalLM(model, name, "plain")
-        from node.kernels.llama import LeanLlamaLM, is_lean_capable
-
-        if is_lean_capable(model):
-            return LeanLlamaLM(model, name, lib)
-        use_skinny_linears(model, lib)
-    return HFCausalLM(model, name, kernel)

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.models import ModelPair, load_pair
-from node.pairs import DEFAULT_PAIR, get_pair
+from node.model.loading import ModelPair, load_pair
+from node.model.pairs import DEFAULT_PAIR, get_pair
 from verifier.decode import DecodeResult, Proposer, decode
 from verifier.errors import ContextTooLong, InvalidParams
 from verifier.params import SamplingParams
@@ -33,7 +33,7 @@ class GenerateConfig:
     gamma: int = DEFAULT_GAMMA
     drafter: str = "honest"
     rule: Rule = Rule.GUMBEL
-    pair: str = DEFAULT_PAIR  # named target/draft pair (node.pairs)
+    pair: str = DEFAULT_PAIR  # named target/draft pair (node.model.pairs)
     target_model: Path | None = None  # default: the pair's target
     draft_model: Path | None = None  # default: the pair's draft
 
