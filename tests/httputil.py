@@ -17,7 +17,7 @@ import openai
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from node.target.http_api import serve_http
+from node.target.http.api import serve_http
 
 MODEL = "specmarket-target"
 

@@ -19,10 +19,10 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
 from node.client.http import http_json
-from node.target import http_api
 from node.target import node as target_node
 from node.target.engine import Engine
-from node.target.http_api import build_app
+from node.target.http import api as http_api
+from node.target.http.api import build_app
 from p2p import discovery
 from p2p.discovery import REGISTRATION_TTL_S, RendezvousPoint, announce, drafter_namespace, withdraw
 from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs

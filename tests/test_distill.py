@@ -13,10 +13,10 @@ import pytest
 from node.model.loading import load_model_dir
 from node.model.pairs import SMOLLM2_TARGET_DIR
 from node.model.subvocab import DRAFT_RECORD, FILL_LOGIT
-from node.training.distill import frequency_ranked_ids, label, load_labels
-from node.training.distill_config import DistillConfig
-from node.training.distill_ship import ship
-from node.training.distill_train import CHECKPOINT, train
+from node.training.distill.config import DistillConfig
+from node.training.distill.labels import frequency_ranked_ids, label, load_labels
+from node.training.distill.ship import ship
+from node.training.distill.train import CHECKPOINT, train
 from verifier.errors import SpecmarketError
 
 

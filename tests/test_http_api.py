@@ -22,9 +22,9 @@ import pytest
 
 from node.client.http import ClientError, TargetHTTPError, TargetUnreachable, stream_completion
 from node.model.decoding import GenerateConfig, generate
-from node.target import http_api
 from node.target.engine import Engine
-from node.target.http_api import build_app
+from node.target.http import api as http_api
+from node.target.http.api import build_app
 from tests.httputil import MODEL, async_client, metrics, post_json, request, serving, sync_client
 from verifier.params import SamplingParams
 
@@ -407,7 +407,7 @@ def test_client_disconnect_cancels_the_job(servers):
 def test_error_answers_are_counted_by_code_and_logged_in_one_line(servers, caplog):
     """4xx answers used to be neither logged nor counted: an operator could not see a client's
     repeated mistakes, nor tell them from its own 5xx."""
-    caplog.set_level(logging.INFO, logger="node.target.dashboard")
+    caplog.set_level(logging.INFO, logger="node.target.http.dashboard")
     before, _, _ = metrics(servers.url)
     assert post_json(servers.url, {"prompt": PROMPT, "max_tokens": 0})[0] == 400
     assert request(servers.url, "GET", "/no/such/route")[0] == 404
@@ -416,7 +416,7 @@ def test_error_answers_are_counted_by_code_and_logged_in_one_line(servers, caplo
     assert after[code(400)] == before.get(code(400), 0) + 1 and after[code(404)] == before.get(code(404), 0) + 1
     assert after[code(200)] >= before.get(code(200), 0) + 1  # the first /metrics answer
     assert types["specmarket_http_responses_total"] == "counter"
-    lines = [r.getMessage() for r in caplog.records if r.name == "node.target.dashboard"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "node.target.http.dashboard"]
     assert any(m.startswith("HTTP 400 for POST /v1/completions: 'max_tokens' must be") for m in lines), lines
     assert any(m.startswith("HTTP 404 for GET /no/such/route: no such route") for m in lines), lines
     assert all("\n" not in m for m in lines)

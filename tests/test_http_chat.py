@@ -26,8 +26,8 @@ from node.client.ask import AskConfig, check_receipt
 from node.model.loading import TINY_TARGET, model_hash
 from node.target.chat import FALLBACK_CHAT_TEMPLATE, chat_prompt
 from node.target.engine import CompletionRequest, Engine
-from node.target.http_api import build_app
-from node.target.http_schema import MAX_CHAT_MESSAGES
+from node.target.http.api import build_app
+from node.target.http.schema import MAX_CHAT_MESSAGES
 from tests.httputil import MODEL, async_client, metrics, post_json, request, serving, sync_client
 from verifier.decode import decode
 from verifier.errors import InvalidParams

@@ -27,9 +27,9 @@ from node.chain.receipts import RECEIPT_FRESH_S
 from node.chain.standing import NotServing, StandingWatch
 from node.chain.store import StoreError, open_store
 from node.model.loading import TINY_TARGET, model_hash
-from node.target.dashboard import node_condition
 from node.target.engine import CompletionRequest, Engine
-from node.target.http_api import build_app
+from node.target.http.api import build_app
+from node.target.http.dashboard import node_condition
 
 FAST_POLL_S = 0.2
 

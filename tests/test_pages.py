@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from node.lab.procs import ProcessGroup
-from node.target.http_pages import write_simulator
+from node.target.http.pages import write_simulator
 from tests.netutil import complete, http_json, start_drafter, start_target, wait_for_drafters
 from verifier.theory import expected_tokens, optimal_gamma, speedup
 
@@ -210,7 +210,7 @@ def test_pages_and_their_files_are_served_read_only(net):
     status, headers, body = fetch(f"{net.http}/static/dashboard.js")
     assert headers["content-type"].startswith("text/javascript") and b"/api/dashboard" in body
     assert "script-src 'self'" in fetch(f"{net.http}/")[1]["content-security-policy"]
-    for name in ("__init__.py", "..%2Fhttp_api.py", "%2E%2E", "nope.js", "style.css%00", ".%2Fstyle.css"):
+    for name in ("__init__.py", "..%2Fapi.py", "%2E%2E", "nope.js", "style.css%00", ".%2Fstyle.css"):
         assert fetch(f"{net.http}/static/{name}")[0] == 404, name
     assert fetch(f"{net.http}/static/style.css/x")[0] == 404
     assert fetch(f"{net.http}/", method="POST")[0] == 405

@@ -1,4 +1,4 @@
-"""The simulator page's formulas (window.SpecTheory in node/target/static/simulator.js, run by Node.js in
+"""The simulator page's formulas (window.SpecTheory in node/target/http/static/simulator.js, run by Node.js in
 a vm context, no browser) against verifier/theory.py, and its measurement parser against the
 committed report and the self-contained page that ``write_simulator`` embeds it in."""
 
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from node.target.http_pages import measurement_summary, simulator_html
+from node.target.http.pages import measurement_summary, simulator_html
 from verifier.theory import expected_tokens, optimal_gamma, speedup
 
 ROOT = Path(__file__).resolve().parent.parent
-SIMULATOR_JS = ROOT / "node" / "target" / "static" / "simulator.js"
+SIMULATOR_JS = ROOT / "node" / "target" / "http" / "static" / "simulator.js"
 DEMO_JSON = ROOT / "report" / "demo_net.json"
 ALPHAS = [round(0.05 * i, 10) for i in range(21)]  # 0, 0.05, ..., 1.0
 GAMMAS = range(17)

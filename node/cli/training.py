@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from node.cli.options import defaults, resolve
-from node.training.distill_config import STAGES, DistillConfig
+from node.training.distill.config import STAGES, DistillConfig
 
 
 def _int_tuple(text: str) -> tuple[int, ...]:
@@ -55,9 +55,9 @@ def add_training_commands(sub) -> None:
 def _cmd_train_draft(args: argparse.Namespace) -> int:
     import torch
 
-    from node.training.distill import label
-    from node.training.distill_ship import ship
-    from node.training.distill_train import train
+    from node.training.distill.labels import label
+    from node.training.distill.ship import ship
+    from node.training.distill.train import train
 
     logging.getLogger().setLevel(logging.INFO)
     cfg = DistillConfig(**resolve(args, "train-draft", DistillConfig))

@@ -17,7 +17,7 @@ from node.lab.gamma_sweep import measured_alpha
 from node.lab.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup_measured, plot_with_without
 from node.lab.trust import BondSizing
 from node.lab.workload import MODE_TITLES, MODES
-from node.target.http_pages import write_simulator
+from node.target.http.pages import write_simulator
 from verifier.theory import speedup
 
 PRICE_WEI_PER_TOKEN = 10**12  # assumption: an answer's fee, 10⁻⁶ ETH per output token

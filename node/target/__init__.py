@@ -11,7 +11,7 @@ EXPORTS = {
     "node.target.chat": ("FALLBACK_CHAT_TEMPLATE", "chat_prompt"),
     "node.target.config": ("TargetConfig",),
     "node.target.engine": ("CompletionRequest", "CompletionResult", "Engine"),
-    "node.target.http_api": ("build_app", "serve_http"),
+    "node.target.http.api": ("build_app", "serve_http"),
     "node.target.market": ("MarketDrafting",),
     "node.target.node": ("TargetNode",),
     "node.target.rounds": ("MarketProposer", "RemoteSession"),

@@ -32,7 +32,7 @@ DEFAULT_HTTP = "127.0.0.1:8000"
 # one more is refused at once (HTTP 503 with Retry-After, a libp2p error frame), never queued.
 DEFAULT_MAX_JOBS = 8
 MAX_JOBS_LIMIT = 1024
-# Deadlines of the HTTP API (node.target.http_api); every one of them drops a stalled client.
+# Deadlines of the HTTP API (node.target.http.api); every one of them drops a stalled client.
 HTTP_BODY_TIMEOUT_S = 10.0  # a client must send its whole body this soon (else 408)
 HTTP_WRITE_TIMEOUT_S = 30.0  # a client that takes no data this long loses its job and its connection
 HTTP_IDLE_TIMEOUT_S = 5.0  # a connection with no request under way (or half its headers) is closed
@@ -47,7 +47,7 @@ WAIT_BUDGET_SHARE = 0.05
 
 @dataclass(frozen=True)
 class HttpLimits:
-    """The HTTP API's deadlines in seconds (``node.target.http_api``; the defaults above)."""
+    """The HTTP API's deadlines in seconds (``node.target.http.api``; the defaults above)."""
 
     body_timeout_s: float = HTTP_BODY_TIMEOUT_S
     write_timeout_s: float = HTTP_WRITE_TIMEOUT_S

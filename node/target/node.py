@@ -24,7 +24,7 @@ from node.runtime import holding_port
 from node.target.config import TargetConfig
 from node.target.counters import ClientGone
 from node.target.engine import CompletionRequest, Engine
-from node.target.http_api import build_app, serve_http
+from node.target.http.api import build_app, serve_http
 from node.target.market import MarketDrafting
 from p2p.discovery import RendezvousPoint, drafter_namespace
 from p2p.framing import FrameStream, StreamFailed

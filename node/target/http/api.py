@@ -2,9 +2,9 @@
 
 Routes: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (one JSON object, or server-sent
 events with ``"stream": true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus,
-``node.target.http_metrics``), ``GET /openapi.json``, and for people the dashboard ``GET /`` (which
-polls ``GET /api/dashboard``) and ``GET /simulator`` (``node.target.http_pages``). Bodies and
-answers are the pydantic models of ``node.target.http_schema``. Every error, a validation error
+``node.target.http.metrics``), ``GET /openapi.json``, and for people the dashboard ``GET /`` (which
+polls ``GET /api/dashboard``) and ``GET /simulator`` (``node.target.http.pages``). Bodies and
+answers are the pydantic models of ``node.target.http.schema``. Every error, a validation error
 included, is answered in OpenAI's shape ``{"error": {...}}``: 400 for a bad body (not FastAPI's
 422), 404, 405, 408, 413, 500, and 503 with ``Retry-After`` when ``max_jobs`` jobs run already. It
 runs on trio (FastAPI and Starlette use anyio) because the target's libp2p host shares the event
@@ -39,12 +39,12 @@ from starlette.requests import ClientDisconnect
 from node import safe_json
 from node.target.chat import chat_prompt
 from node.target.config import HTTP_BODY_TIMEOUT_S, HttpLimits
-from node.target.dashboard import ResponseLog, dashboard_view, node_condition
 from node.target.engine import Engine
-from node.target.http_jobs import JSON, JobResponse, error_response, json_response
-from node.target.http_metrics import CONTENT_TYPE, ApiMetrics, StatusFn
-from node.target.http_pages import add_pages
-from node.target.http_schema import (
+from node.target.http.dashboard import ResponseLog, dashboard_view, node_condition
+from node.target.http.jobs import JSON, JobResponse, error_response, json_response
+from node.target.http.metrics import CONTENT_TYPE, ApiMetrics, StatusFn
+from node.target.http.pages import add_pages
+from node.target.http.schema import (
     MAX_BODY_BYTES,
     MAX_ECHOED_CHARS,
     ChatBody,
@@ -183,7 +183,7 @@ class Routes:
         return _json(health, 200 if status == "ok" else 503)
 
     async def dashboard(self) -> Response:
-        """What the dashboard page shows (``node.target.http_pages``): read-only, the node's own state."""
+        """What the dashboard page shows (``node.target.http.pages``): read-only, the node's own state."""
         return _json(dashboard_view(self.engine, self.status(), self.started))
 
     async def metrics_text(self) -> Response:

@@ -14,9 +14,9 @@ import numpy as np
 
 from node.model.kernels import DEFAULT_KERNEL
 from node.model.subvocab import DRAFT_RECORD, DRAFT_WEIGHTS, EMBED_KEY
-from node.training.distill import load_labels, teacher_records
-from node.training.distill_config import DistillConfig
-from node.training.distill_train import restore
+from node.training.distill.config import DistillConfig
+from node.training.distill.labels import load_labels, teacher_records
+from node.training.distill.train import restore
 
 log = logging.getLogger(__name__)
 

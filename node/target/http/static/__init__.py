@@ -1,2 +1,2 @@
 """The target's web pages (the dashboard and the simulator): HTML, JS and CSS served by
-``node.target.http_pages`` from this package's files."""
+``node.target.http.pages`` from this package's files."""

@@ -15,7 +15,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from node.target.engine import Engine
-from node.target.http_metrics import ApiMetrics
+from node.target.http.metrics import ApiMetrics
 
 log = logging.getLogger(__name__)
 

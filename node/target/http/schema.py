@@ -1,6 +1,6 @@
 """The OpenAI-compatible wire format as pydantic models, and the project's error shape. No I/O here.
 
-Nothing that arrives over HTTP is trusted. A body, parsed as strict JSON by ``http_api.parse_body``
+Nothing that arrives over HTTP is trusted. A body, parsed as strict JSON by ``api.parse_body``
 (no NaN or Infinity), is validated in pydantic's strict mode (a JSON ``true`` is not an integer,
 ``"5"`` is not a number), with the size bounds below. Value ranges (temperature, top_p, top_k, seed,
 max_tokens >= 1) are left to ``CompletionRequest``, which checks the libp2p protocol's requests too.

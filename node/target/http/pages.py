@@ -1,6 +1,6 @@
 """The target's read-only web pages: the dashboard (``GET /``, which polls ``GET /api/dashboard``), the
 speculative decoding simulator (``GET /simulator``) and their files (``GET /static/{name}``), all
-read from the package ``node.target.static``. Only the files of ``STATIC_FILES`` are served; any
+read from the package ``node.target.http.static``. Only the files of ``STATIC_FILES`` are served; any
 other name is a 404. Every answer says ``Cache-Control: no-cache``; the pages carry a
 Content-Security-Policy that allows their own scripts and styles only (the node's strings are
 attacker-controlled, and the pages never turn them into HTML anyway).
@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
 
-STATIC_PACKAGE = "node.target.static"
+STATIC_PACKAGE = "node.target.http.static"
 STATIC_FILES = frozenset({"dashboard.html", "dashboard.js", "simulator.html", "simulator.js", "style.css"})
 PAGES = {"/": "dashboard.html", "/simulator": "simulator.html"}
 CONTENT_TYPES = {
@@ -53,7 +53,7 @@ SWEEP_KEYS = ("gamma", "alpha", "omega", "speedup")
 
 @cache
 def static_bytes(name: str) -> bytes:
-    """The file ``name`` of node/target/static (one of STATIC_FILES)."""
+    """The file ``name`` of node/target/http/static (one of STATIC_FILES)."""
     if name not in STATIC_FILES:
         raise KeyError(name)
     return resources.files(STATIC_PACKAGE).joinpath(name).read_bytes()

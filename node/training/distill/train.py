@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from node.training.distill import DistillError, frequency_ranked_ids, load_labels, save_atomic
-from node.training.distill_config import DistillConfig
+from node.training.distill.config import DistillConfig
+from node.training.distill.labels import DistillError, frequency_ranked_ids, load_labels, save_atomic
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""One completion job as an ASGI response (``node.target.http_api``'s POST routes): a JSON answer, or
+"""One completion job as an ASGI response (``node.target.http.api``'s POST routes): a JSON answer, or
 server-sent events under a write deadline per event."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from starlette.types import Message, Receive, Scope, Send
 from node.target.config import HTTP_WRITE_TIMEOUT_S
 from node.target.counters import ClientGone, new_job_id
 from node.target.engine import CompletionRequest, CompletionResult, Engine
-from node.target.http_schema import HttpError, Wire, http_error_for
+from node.target.http.schema import HttpError, Wire, http_error_for
 from verifier.errors import SpecmarketError
 
 log = logging.getLogger(__name__)
