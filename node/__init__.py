@@ -6,8 +6,8 @@
 - ``node.chain``   the chain side (anvil, the bond contract, receipts, challenges, referees)
 - ``node.model``   the model pair: named pairs, loading on a kernel, the KV-cache adapter, the
   kernels, local decoding; shared by every role
-- ``node.runtime`` process runtime (data dirs, logging, heap freeze, signals), owned by no role
-- ``node.training`` training the shipped pair; preparing the real target and its teacher data
+- ``node.runtime`` process runtime (data dirs, logging, heap freeze, signals, ports), owned by no role
+- ``node.training`` training the shipped pair; preparing the real target, its teacher data and its draft
 - ``node.lab``     demos, benchmarks, the report and the child-process helpers they use
 - ``node.cli``     the `specmarket` command: arguments -> a role's config dataclass
 

@@ -1,7 +1,9 @@
 """libp2p hosts, protocol ids, framing, message schemas and discovery.
 
 Knows nothing about models or money. Everything read from a peer is bounded and validated here
-(``p2p.messages.decode``) before any other package sees it.
+(``p2p.messages.decode``) before any other package sees it; JSON and TOML from outside the process
+(HTTP bodies, receipts, config files) have their nesting bounded before any parser sees them
+(``p2p.safe_json``: ``loads``, ``check_depth``).
 """
 
 from verifier.exports import lazy_exports
@@ -26,5 +28,6 @@ EXPORTS = {
         "decode",
         "encode",
     ),
+    "p2p.safe_json": ("MAX_JSON_DEPTH", "TooDeep", "check_depth", "nesting_depth"),
 }
 __getattr__, __all__ = lazy_exports(__name__, EXPORTS)

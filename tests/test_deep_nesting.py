@@ -23,11 +23,11 @@ from libp2p.utils.varint import encode_uvarint
 from node.chain.challenger import read_receipt_file
 from node.chain.receipts import ReceiptError
 from node.cli.options import ConfigError, load_section
-from node.safe_json import MAX_JSON_DEPTH, TooDeep, loads, nesting_depth
 from p2p.framing import FrameStream
 from p2p.host import parse_peer_addr
 from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, MAX_FRAME_BYTES, TO_CLIENT, TO_TARGET, Draft, Open
 from p2p.messages import Error as ErrorFrame
+from p2p.safe_json import MAX_JSON_DEPTH, TooDeep, loads, nesting_depth
 from tests import netutil
 from tests.netutil import complete, start_target
 

@@ -27,7 +27,7 @@ from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
 from node.lab.procs import STARTUP_TIMEOUT_S, ProcessGroup
-from node.runtime import LOG_FORMAT, OneLineFormatter
+from node.runtime.logs import LOG_FORMAT, OneLineFormatter
 from node.target.market import MarketDrafting
 from p2p.discovery import RendezvousPoint, announce, drafter_namespace
 from p2p.framing import FrameStream, StreamEnded, StreamFailed

@@ -6,13 +6,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from node import safe_json
 from node.chain import ChainError
 from node.chain.audit import Audit, audit_answer, check_model, judge_step
 from node.chain.client import BondClient
 from node.chain.deployment import format_ether
 from node.chain.receipts import CLOCK_SLACK_S, ReceiptError, SignedReceipt
 from node.model.adapter import HFCausalLM
+from p2p import safe_json
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from node.chain.anvil import DEFAULT_RPC
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, BondConfig
 from node.model.pairs import DEFAULT_PAIR, get_pair
-from node.runtime import default_data_dir
+from node.runtime.dirs import default_data_dir
 
 DEFAULT_POLL_S = 1.0  # a referee's look at the chain
 DEFAULT_WAIT_S = 600.0  # a challenger's longest wait for the verdict

@@ -13,7 +13,7 @@ from typing import Any
 
 from node.chain import ChainError
 from node.chain.anvil import ANVIL_CHAIN_ID, REPO_ROOT, tool_path
-from node.runtime import default_data_dir
+from node.runtime.dirs import default_data_dir
 
 CONTRACTS_DIR = REPO_ROOT / "contracts"
 ARTIFACT = CONTRACTS_DIR / "out" / "SpecmarketBond.sol" / "SpecmarketBond.json"

@@ -16,7 +16,7 @@ from node.cli.lab import add_lab_commands
 from node.cli.local import add_local_commands
 from node.cli.market import add_market_commands
 from node.cli.training import add_training_commands
-from node.runtime import stderr_handler
+from node.runtime.logs import stderr_handler
 from verifier.errors import SpecmarketError, error_leaves
 
 log = logging.getLogger("specmarket")

@@ -207,7 +207,7 @@ def _cmd_challenge(args: argparse.Namespace) -> int:
 
 def _cmd_referee(args: argparse.Namespace) -> int:
     from node.chain.admin import open_referee
-    from node.runtime import freeze_startup_heap
+    from node.runtime.lifecycle import freeze_startup_heap
 
     d = defaults(RefereeConfig)
     cfg = RefereeConfig(

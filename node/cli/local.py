@@ -91,7 +91,7 @@ def _add_prepare_target(sub) -> None:
 
 def _cmd_prepare_target(args: argparse.Namespace) -> int:
     from node.model.pairs import check_prepared
-    from node.runtime import node_logging
+    from node.runtime.logs import node_logging
     from node.training.smollm2 import convert
 
     node_logging(args.verbose)

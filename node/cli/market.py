@@ -18,7 +18,8 @@ from node.cli.options import add_kernel_option, add_pair_option, defaults, resol
 from node.client.ask import AskConfig
 from node.drafter.config import DrafterConfig
 from node.drafter.strategies import STRATEGIES
-from node.runtime import node_logging, serve_until_signalled
+from node.runtime.lifecycle import serve_until_signalled
+from node.runtime.logs import node_logging
 from node.target.config import TargetConfig
 from verifier.errors import InvalidParams
 

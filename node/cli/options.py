@@ -17,7 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from node.safe_json import TooDeep, check_depth
+from p2p.safe_json import TooDeep, check_depth
 from verifier.errors import SpecmarketError
 
 

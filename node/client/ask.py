@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from node import safe_json
 from node.chain.anvil import DEFAULT_RPC
 from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR
 from node.model.pairs import DEFAULT_PAIR, get_pair
+from p2p import safe_json
 from verifier.errors import InvalidParams
 from verifier.noise import MAX_SEED
 

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from node import safe_json
+from p2p import safe_json
 from verifier.errors import SpecmarketError
 
 MAX_LINE_BYTES = 4 << 20  # the final chunk carries every token id (and the prompt's)

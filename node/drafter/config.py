@@ -12,7 +12,7 @@ from pathlib import Path
 from node.drafter.strategies import DEFAULT_SLOW_MS, STRATEGIES
 from node.model.kernels import DEFAULT_KERNEL, KERNELS
 from node.model.pairs import DEFAULT_PAIR, get_pair
-from node.runtime import default_data_dir
+from node.runtime.dirs import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
 

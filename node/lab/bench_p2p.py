@@ -35,7 +35,7 @@ from node.lab.trio_thread import TrioThread
 from node.lab.workload import WORKLOADS, prompt_ids
 from node.model.adapter import HFCausalLM
 from node.model.loading import ModelPair
-from node.runtime import sigterm_unwinds
+from node.runtime.lifecycle import sigterm_unwinds
 from node.target.engine import CompletionRequest, Engine
 from verifier.params import SamplingParams
 from verifier.proposal import Proposal

@@ -43,7 +43,7 @@ from node.lab.procs import (
 )
 from node.lab.workload import MODES, ask, prompt_ids
 from node.model.pairs import get_pair
-from node.runtime import sigterm_unwinds
+from node.runtime.lifecycle import sigterm_unwinds
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
     from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES, BondConfig, dev_address, dev_key
     from node.model.kernels import DEFAULT_KERNEL
     from node.model.loading import load_pair
-    from node.runtime import freeze_startup_heap
+    from node.runtime.lifecycle import freeze_startup_heap
 
     with AnvilProcess(free_port()) as anvil:
         w3 = connect(anvil.url)

@@ -16,7 +16,7 @@ from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, parse_ether
 from node.chain.keys import OPERATOR_KEY_FILE
 from node.model.kernels import DEFAULT_KERNEL, KERNELS
 from node.model.pairs import DEFAULT_PAIR, get_pair
-from node.runtime import default_data_dir
+from node.runtime.dirs import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
 from verifier.proposal import DEFAULT_GAMMA, MAX_GAMMA

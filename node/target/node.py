@@ -20,7 +20,7 @@ from market.registry import Registry
 from node.chain.cheat import Cheat
 from node.chain.operator import Operator, open_operator
 from node.model.loading import ModelPair, load_pair
-from node.runtime import holding_port
+from node.runtime.ports import holding_port
 from node.target.config import TargetConfig
 from node.target.counters import ClientGone
 from node.target.engine import CompletionRequest, Engine

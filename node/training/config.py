@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node.runtime import default_data_dir
+from node.runtime.dirs import default_data_dir
 
 
 @dataclass(frozen=True)

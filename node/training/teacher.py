@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.runtime import default_data_dir
+from node.runtime.dirs import default_data_dir
 from node.training.corpus import split_corpus
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,6 @@ from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from node import safe_json
 from node.target.chat import chat_prompt
 from node.target.config import HTTP_BODY_TIMEOUT_S, HttpLimits
 from node.target.engine import Engine
@@ -65,6 +64,7 @@ from node.target.http.schema import (
     json_type,
     validation_error,
 )
+from p2p import safe_json
 from verifier.errors import SpecmarketError, sole_error
 
 log = logging.getLogger(__name__)

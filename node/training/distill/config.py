@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.model.pairs import MODELS_DIR, SMOLLM2_TARGET_DIR
-from node.runtime import default_data_dir
+from node.runtime.dirs import default_data_dir
 from verifier.errors import InvalidParams
 
 STAGES = ("labels", "train", "ship")
