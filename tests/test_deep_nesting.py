@@ -47,6 +47,17 @@ def test_nesting_depth_counts_brackets_outside_strings_succeeds():
     assert loads(nested) == json.loads(nested)
 
 
+def test_nesting_depth_counts_both_openers_on_its_fast_path_succeeds():
+    """Up to MAX_JSON_DEPTH openers the bound is their number, ``[`` and ``{`` alike (inside strings
+    too: it is an upper bound), for bytes and str; one more and the brackets are walked."""
+    assert nesting_depth(b"") == nesting_depth("") == 0
+    assert nesting_depth(b'{"a": [1, {"b": [2]}]}') == 4
+    assert nesting_depth('{"é": ["[", "{"], "\ud800": 1}') == 4
+    assert nesting_depth(b"[{" * (MAX_JSON_DEPTH // 2)) == MAX_JSON_DEPTH
+    assert nesting_depth(b"[" * (MAX_JSON_DEPTH + 1)) == MAX_JSON_DEPTH + 1
+    assert nesting_depth(b'["' + b"{" * MAX_JSON_DEPTH + b'"]') == 1
+
+
 def test_too_deep_json_is_refused_before_parsing_reverts():
     with pytest.raises(TooDeep, match=f"nests {DEPTH + 1} levels deep; at most {MAX_JSON_DEPTH}"):
         loads(DEEP_BODY, "the request body")
