@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -110,3 +111,17 @@ def wrong_answer_challenge(chain: Chain, key: bytes, committed: bytes, pair, see
     pair.target.reset()
     wrong = int(pair.target.extend(prompt)[-1].argmin())
     return challenge_now(chain, key, committed, RequestSpec.build(prompt, SamplingParams(0.0), seed, 1), (wrong,))
+
+
+def count_calls(client: BondClient) -> Counter[str]:
+    """From now on, count the contract's view functions that ``client`` calls, by name (each call
+    still goes to the chain)."""
+    counts: Counter[str] = Counter()
+    call = client.call
+
+    def counted(fn: str, *args):
+        counts[fn] += 1
+        return call(fn, *args)
+
+    client.call = counted
+    return counts

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import trio
 
 from market.policy import Policy, PolicyConfig
 from market.registry import Registry
@@ -169,13 +170,19 @@ class MeasuredPasses:
         return self._plain_s
 
 
-def _budget(elapsed_s: float, wasted_s: float, plain_pass_s: float | None, tokens: int = 100) -> bool | None:
-    """The wait budget's verdict for a job ``elapsed_s`` in, ``tokens`` emitted, 60 ms deadline."""
+def _proposer(plain_pass_s: float | None) -> MarketProposer:
+    """A job's proposer with no drafters, a 60 ms deadline, a 10 ms prefill and these plain passes."""
     proposer = MarketProposer(
         [], job="j", params=SamplingParams(), seed=0, gamma=4, deadline_s=DEADLINE_MS / 1000,
         registry=Registry(), policy=Policy(),
     )  # fmt: skip
     proposer.watch_passes(MeasuredPasses(0.01, plain_pass_s))
+    return proposer
+
+
+def _budget(elapsed_s: float, wasted_s: float, plain_pass_s: float | None, tokens: int = 100) -> bool | None:
+    """The wait budget's verdict for a job ``elapsed_s`` in, ``tokens`` emitted, 60 ms deadline."""
+    proposer = _proposer(plain_pass_s)
     proposer.rounds, proposer.wasted_s = 20, wasted_s
     now = time.perf_counter()
     proposer.started = now - elapsed_s
@@ -193,3 +200,19 @@ def test_a_job_slower_than_plain_by_more_than_the_allowance_stops_drafting_succe
 def test_without_a_measured_plain_pass_only_wasted_waiting_probes_succeeds():
     assert _budget(elapsed_s=5.0, wasted_s=0.0, plain_pass_s=None) is False  # honest rounds stay drafted
     assert _budget(elapsed_s=5.0, wasted_s=1.0, plain_pass_s=None) is None  # one round alone, to measure
+
+
+def test_plain_estimate_counts_the_whole_output_of_a_job_the_budget_stopped_succeeds():
+    """The job's stats estimate plain decoding of all its output tokens: not the prompt, not only
+    up to the last round's k, and the rounds decoded alone after the budget stopped count too."""
+    prompt, output = [7] * 9, list(range(12))
+    proposer = _proposer(plain_pass_s=0.005)
+    trio.run(proposer._round, prompt, 0, 4)  # a drafted round (no drafter answers)
+    proposer.started -= 10.0  # the job has run far slower than plain decoding: the budget stops it
+    trio.run(proposer._round, [*prompt, *output[:1]], 1, 4)
+    for k in (2, 5, 8):  # decoded alone: no hop into the trio loop
+        proposer.propose([*prompt, *output[:k]], start=k, gamma=4, params=SamplingParams(), seed=0)
+    proposer.finish([*prompt, *output])
+    stats = proposer.timing()
+    assert (stats["draft_rounds"], stats["draft_budget_stopped_at_round"]) == (5, 1)
+    assert stats["plain_estimate_seconds"] == round(0.01 + 0.005 * len(output), 4)

@@ -14,7 +14,7 @@ import sqlite3
 
 import pytest
 import trio
-from chainutil import chain_now, challenge_now, deployed_chain, request, sign_raw, warp
+from chainutil import chain_now, challenge_now, count_calls, deployed_chain, request, sign_raw, warp
 from eth_account import Account
 from httputil import metrics, post_json, serving
 from httputil import request as http_request
@@ -168,6 +168,21 @@ def test_health_and_metrics_show_the_bond_and_turn_unavailable_once_slashed(chai
         assert health["operator"]["bond_wei"] < bonded["bond_wei"]
         samples, _, _ = metrics(urls["bonded"])
         assert samples["specmarket_operator_serving"] == 0
+    operator.close()
+
+
+def test_the_watch_reads_the_immutable_resolve_timeout_once_not_on_every_look_succeeds(chain, tmp_path):
+    """Each look that had challenges to show read the contract's resolveTimeout again."""
+    operator, key = _operator(chain, tmp_path)
+    challenge_now(chain, key, operator.model_hash, request(seed=4), (1, 2))
+    client = BondClient(connect(chain.rpc), chain.client.address)  # the watch's own, counted
+    calls = count_calls(client)
+    watch = StandingWatch(client, operator.address, operator.model_hash, poll_s=FAST_POLL_S)
+    looks = [watch.check() for _ in range(3)]
+    assert all(len(look.challenges) == 1 for look in looks)
+    (row,) = looks[-1].challenges
+    assert row.deadline == row.opened_at + chain.client.config().resolve_timeout
+    assert calls["resolveTimeout"] == 1
     operator.close()
 
 

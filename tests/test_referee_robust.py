@@ -8,7 +8,8 @@
 - the referee reads new events from a persisted block cursor, not from block 0, and a restart does
   not forget a challenge that is still open;
 - a referee whose RPC endpoint stops answering backs off and logs a few short lines, not one long
-  line a second, and judges again once the chain answers.
+  line a second, and judges again once the chain answers;
+- the referee reads the contract's immutable resolveTimeout once, not on every poll.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 from chainutil import (
     WRONG_ANSWER_PROMPT,
     challenge_now,
+    count_calls,
     deployed_chain,
     free_port,
     new_operator,
@@ -186,3 +188,16 @@ def test_backoff_doubles_from_the_poll_interval_up_to_its_cap():
     assert [backoff_delay(1.0, n) for n in range(1, 8)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert backoff_delay(0.1, 10**6) == 30.0  # no overflow after months of failures
     assert backoff_delay(60.0, 3) == 60.0  # never shorter than the poll interval
+
+
+def test_referee_reads_the_immutable_resolve_timeout_once_across_its_polls_succeeds(
+    chain, pair, committed, operator_key, tmp_path
+):
+    spec = RequestSpec.build((5, 6, 7), SamplingParams(0.0), 40, 1)
+    cid = challenge_now(chain, operator_key, committed, spec, (1,))
+    client = BondClient(connect(chain.rpc), chain.client.address)  # the referee's own, counted
+    calls = count_calls(client)
+    referee = Referee(client, [dev_key(DEV_REFEREES[0])], pair.target, committed, tmp_path / "pool")
+    for _ in range(3):  # polls: each computes the open challenge's deadline
+        assert cid in [int(e["id"]) for e in referee.open_challenges()]
+    assert calls["resolveTimeout"] == 1

@@ -105,7 +105,7 @@ def chain_status(chain: ChainConfig, operator: str | None = None, limit: int = D
         "operators": {e["operator"]: _operator_row(client, e["operator"]) for e in client.events("OperatorRegistered")},
         "challenge_count": len(ids),
         "challenges_of": operator,
-        "challenges": [row.to_json() for row in rows_of(client, newest(ids, limit))],
+        "challenges": [row.to_json() for row in rows_of(client, newest(ids, limit), cfg.resolve_timeout)],
     }
 
 

@@ -71,18 +71,19 @@ def newest(ids: Sequence[int], limit: int) -> list[int]:
     return list(reversed(ids[max(len(ids) - max(limit, 0), 0) :]))
 
 
-def rows_of(client: BondClient, ids: Sequence[int]) -> list[ChallengeRow]:
-    """The rows of ``ids``, in that order."""
+def rows_of(client: BondClient, ids: Sequence[int], resolve_timeout: int) -> list[ChallengeRow]:
+    """The rows of ``ids``, in that order; ``resolve_timeout`` is the contract's (an immutable: a
+    caller that polls reads it once)."""
     if not ids:
         return []
-    timeout = int(client.call("resolveTimeout"))  # immutable
     now = client.chain_time()
-    return [_row(client, cid, timeout, now) for cid in ids]
+    return [_row(client, cid, resolve_timeout, now) for cid in ids]
 
 
 def challenge_rows(client: BondClient, operator: str | None = None, limit: int = DEFAULT_LIMIT) -> list[ChallengeRow]:
     """The newest ``limit`` challenges (against ``operator`` when given), newest first."""
-    return rows_of(client, newest(challenge_ids(client, operator), limit))
+    ids = newest(challenge_ids(client, operator), limit)
+    return rows_of(client, ids, int(client.call("resolveTimeout"))) if ids else []
 
 
 def _row(client: BondClient, cid: int, timeout: int, now: int) -> ChallengeRow:

@@ -83,6 +83,7 @@ class StandingWatch:
         self._slashed = ""
         self._challenge_ids: set[int] = set()
         self._challenges_from = 0  # all of them, from the chain's start
+        self._resolve_timeout = int(client.call("resolveTimeout"))  # immutable: read once, not every look
         self._standing: Standing | None = None  # None until the first look, just below
         self.check()
         self._stop = threading.Event()
@@ -123,7 +124,8 @@ class StandingWatch:
             reason = reason or f"unbonding (the bond can leave at unix time {info.unbond_at})"
         elif info.model_hash != self.model_hash:
             reason = reason or f"bonded for model 0x{info.model_hash.hex()}, not the served one"
-        challenges = tuple(rows_of(self.client, newest(self._challenged(latest), MAX_SHOWN_CHALLENGES)))
+        shown = newest(self._challenged(latest), MAX_SHOWN_CHALLENGES)
+        challenges = tuple(rows_of(self.client, shown, self._resolve_timeout))
         return Standing(
             reason,
             time.monotonic(),

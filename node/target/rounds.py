@@ -120,14 +120,14 @@ class MarketProposer:
         self.last_wait_s = 0.0  # the wait of the round in flight, judged wasted or not when it settles
         self.stopped_at: int | None = None  # the round from which the job decodes alone (the budget)
         self.passes = None  # the job's TimedModel, once the engine hands it over (watch_passes)
-        self.prompt_len: int | None = None
-        self.emitted = 0  # tokens emitted so far
+        self.prompt_len: int | None = None  # learned in the first round: the job's output follows it
+        self.emitted = 0  # the job's output tokens, counted when it finishes (finish)
         self.drafts = DraftTiming()  # round trips, the drafters' reported time, early hits and stale ones
 
     # -- called from the worker thread ------------------------------------------------------
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int):
         if self.stopped_at is not None:  # the wait budget stopped drafting: no hop into the loop
-            self.rounds, self.empty_rounds, self.emitted = self.rounds + 1, self.empty_rounds + 1, start
+            self.rounds, self.empty_rounds = self.rounds + 1, self.empty_rounds + 1
             return EMPTY
         return trio.from_thread.run(self._round, list(context), start, gamma)
 
@@ -141,7 +141,6 @@ class MarketProposer:
     async def _round(self, context: list[int], k: int, gamma: int) -> Proposal:
         started = time.perf_counter()
         self.prompt_len = len(context) - k if self.prompt_len is None else self.prompt_len
-        self.emitted = k
         self._settle(context)
         if self._over_budget(started, k) is not False:  # (once stopped, propose() no longer hops here)
             self.round = RoundState()

@@ -210,8 +210,8 @@ contract BondHandler is BondHelpers {
     function withdrawBond(uint256 opSeed) external {
         uint256 k = opSeed % operators.length;
         for (uint256 i; i < operators.length && (opSeed >> 64) % 4 != 0; ++i) {
-            (bool registered,, uint256 unbondAt,) = _info(operators[(k + i) % operators.length]);
-            if (registered && unbondAt != 0 && block.timestamp >= unbondAt) {
+            (bool candidateRegistered,, uint256 candidateUnbondAt,) = _info(operators[(k + i) % operators.length]);
+            if (candidateRegistered && candidateUnbondAt != 0 && block.timestamp >= candidateUnbondAt) {
                 k = (k + i) % operators.length;
                 break;
             }
