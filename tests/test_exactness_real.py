@@ -1,7 +1,9 @@
 """Exactness on real next-token distributions of the shipped target (GUMBEL, every proposer).
 
-For 50,000 seeds the first emitted token of a one-draft round is drawn under each proposer; its
-distribution must match the target's processed next-token distribution (chi-square, p > 1e-3).
+The first emitted token of a one-draft round is drawn under each proposer, for as many seeds as
+catch a deviation of Cohen's w = 0.1 with power 0.99 (tests/stats.py: 18,000 at T = 1, 13,000 at
+T = 0.8, top_p = 0.95); its distribution must match the target's processed next-token
+distribution (chi-square, p > 1e-3).
 The LEVIATHAN forgery is shown on the same real distribution.
 """
 
@@ -11,13 +13,12 @@ import numpy as np
 import pytest
 
 from node.model.decoding import encode_prompt
-from tests.stats import P_VALUE_THRESHOLD, chi_square_pvalue
+from tests.stats import check_fit, samples_for_power
 from verifier.model import score
 from verifier.params import SamplingParams, token_probs
 from verifier.proposers import LYING_CLAIMED_PROB, LyingProposer
 from verifier.verify import Rule, noisy_scores, verify
 
-N_SAMPLES = 50_000
 PROMPT = "def read_config(path):\n    with open(path) as f:\n        "
 CASES = {
     "T=1": SamplingParams(temperature=1.0),
@@ -51,6 +52,7 @@ def test_first_token_matches_target_distribution(name, case, next_token_logits):
     target_logits, draft_logits = next_token_logits
     params = CASES[case]
     probs = token_probs(target_logits, params)
+    expected = dict(enumerate(probs))
     wanted = int(np.argsort(probs)[-20])  # a plausible but unlikely token to force
     rows = np.stack([target_logits, target_logits])  # [γ+1, V]; the bonus row is not examined
     rng = np.random.default_rng(0)
@@ -62,10 +64,9 @@ def test_first_token_matches_target_distribution(name, case, next_token_logits):
             seed=seed,
             start=0,
         ).tokens[0]
-        for seed in range(N_SAMPLES)
+        for seed in range(samples_for_power(expected))
     ]
-    pvalue = chi_square_pvalue(firsts, dict(enumerate(probs)))
-    assert pvalue > P_VALUE_THRESHOLD, f"{name}/{case}: chi-square p = {pvalue:.2e}"
+    check_fit(firsts, expected, f"{name}/{case}")
 
 
 def test_leviathan_forgery_on_real_distribution(next_token_logits, pair):
