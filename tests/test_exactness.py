@@ -1,8 +1,9 @@
 """Exactness: the output distribution equals the target's, whatever the drafter does (docs/design.md §2).
 
 Chi-square goodness of fit, fixed seeds, threshold p > 1e-3, and as many samples as catch a
-deviation of Cohen's w = 0.1 with power 0.99 (tests/stats.py: 10,000 at T = 1, 6,500 with top-k). Synthetic cases use a Markov LM whose exact joint distribution is known and run the
-full speculative loop (drafting, rejections, bonus tokens, cache rollback) for 3 tokens with γ = 2.
+deviation of Cohen's w = 0.1 with power 0.99 (tests/stats.py: 10,000 at T = 1, 6,500 with top-k).
+Synthetic cases use a Markov LM whose exact joint distribution is known and run the full
+speculative loop (drafting, rejections, bonus tokens, cache rollback) for 3 tokens with γ = 2.
 """
 
 from __future__ import annotations

@@ -325,3 +325,12 @@ def test_the_cli_starts_without_the_heavy_stacks():
     code = f"import sys, node.cli; node.cli.build_parser(); print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_an_unbonded_target_loads_no_chain_stack():
+    """The target node, its engine and its HTTP API import without web3 or eth-account (about a
+    second and a half of every start): only a bonded target (``--chain``) loads them, when it bonds."""
+    heavy = ("web3", "eth_account", "py_ecc")
+    code = f"import sys, node.target.node; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -20,8 +20,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from eth_abi import encode as abi_encode
-from eth_account import Account
-from eth_account.messages import encode_typed_data
 from eth_keys.exceptions import BadSignature
 from eth_utils import keccak, to_checksum_address
 
@@ -184,7 +182,17 @@ class Receipt:
         return dict(zip(names, self.as_tuple(), strict=True))
 
 
+def _account():
+    """eth-account's ``Account``, imported on first use: it loads in about a second (py_ecc), and
+    a target that is not bonded, or a client that checks no receipt, never needs it."""
+    from eth_account import Account
+
+    return Account
+
+
 def _typed(domain: Domain, types: dict, message: dict[str, Any]):
+    from eth_account.messages import encode_typed_data
+
     return encode_typed_data(domain_data=domain.as_dict(), message_types=types, message_data=message)
 
 
@@ -227,11 +235,11 @@ def verdict_signable(domain: Domain, disputed: Disputed, operator_at_fault: bool
 
 def sign_receipt(private_key: bytes | str, domain: Domain, receipt: Receipt) -> bytes:
     """65-byte r‖s‖v signature (eth-account signs with low s, as OpenZeppelin's ECDSA requires)."""
-    return bytes(Account.sign_message(receipt_signable(domain, receipt), private_key).signature)
+    return bytes(_account().sign_message(receipt_signable(domain, receipt), private_key).signature)
 
 
 def sign_verdict(private_key: bytes | str, domain: Domain, disputed: Disputed, operator_at_fault: bool) -> bytes:
-    return bytes(Account.sign_message(verdict_signable(domain, disputed, operator_at_fault), private_key).signature)
+    return bytes(_account().sign_message(verdict_signable(domain, disputed, operator_at_fault), private_key).signature)
 
 
 def check_canonical(signature: bytes) -> None:
@@ -250,7 +258,7 @@ def check_canonical(signature: bytes) -> None:
 def recover_receipt_signer(domain: Domain, receipt: Receipt, signature: bytes) -> str:
     check_canonical(signature)
     try:
-        return Account.recover_message(receipt_signable(domain, receipt), signature=signature)
+        return _account().recover_message(receipt_signable(domain, receipt), signature=signature)
     except (ValueError, TypeError, BadSignature) as exc:  # BadSignature: r, s name no point (e.g. zero)
         raise ReceiptError(f"unrecoverable receipt signature: {exc}") from exc
 

@@ -10,6 +10,7 @@ import json
 import logging
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 from libp2p.abc import INetStream
@@ -18,7 +19,6 @@ from market.ledger import Ledger
 from market.policy import Policy, PolicyConfig
 from market.registry import Registry
 from node.chain.cheat import Cheat
-from node.chain.operator import Operator, open_operator
 from node.model.loading import ModelPair, load_pair
 from node.runtime.ports import holding_port
 from node.target.config import TargetConfig
@@ -31,6 +31,9 @@ from p2p.framing import FrameStream, StreamFailed
 from p2p.host import peer_addrs, running_host
 from p2p.messages import GENERATE_PROTOCOL_ID, TO_SERVER, Chunk, Done, Error, InvalidMessage, Request
 from verifier.errors import SpecmarketError
+
+if TYPE_CHECKING:  # the chain's stack (web3, eth-account) loads only for a bonded target: see _bond
+    from node.chain.operator import Operator
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +156,8 @@ class TargetNode:
         A signal meanwhile stops the node at once (the thread dies with the process): what was
         sent stands (each transaction is atomic, and the next start tops up what is missing)."""
         if (operator := self.cfg.operator) is not None:
+            from node.chain.operator import open_operator
+
             bond = partial(open_operator, operator, self.cfg.target_dir, Path(self.cfg.data_dir))
             self.operator, _ = await trio.to_thread.run_sync(bond, abandon_on_cancel=True)
 
