@@ -27,15 +27,12 @@ MIN_EFFECT = 0.1  # Cohen's w of the smallest deviation each exactness test must
 POWER = 0.99  # the probability of catching a deviation of MIN_EFFECT at P_VALUE_THRESHOLD
 
 
-def _bins(expected_probs: dict[Hashable, float], n: int) -> list[Hashable]:
-    """Outcomes with a bin of their own; the rest share one (folded into the last when too sparse)."""
-    return [o for o, p in expected_probs.items() if p * n >= MIN_EXPECTED]
-
-
-def _degrees_of_freedom(expected_probs: dict[Hashable, float], n: int) -> int:
-    big = _bins(expected_probs, n)
+def _binned(expected_probs: dict[Hashable, float], n: int) -> tuple[list[Hashable], bool]:
+    """The outcomes with a bin of their own, and whether the rest get one too (False: they are too
+    sparse for a bin of their own and fold into the last)."""
+    big = [o for o, p in expected_probs.items() if p * n >= MIN_EXPECTED]
     rest = n - sum(expected_probs[o] * n for o in big)
-    return len(big) + (1 if rest >= MIN_EXPECTED else 0) - 1
+    return big, rest >= MIN_EXPECTED
 
 
 def chi_square_pvalue(samples: Sequence[Hashable], expected_probs: dict[Hashable, float]) -> float:
@@ -44,15 +41,14 @@ def chi_square_pvalue(samples: Sequence[Hashable], expected_probs: dict[Hashable
     counts = Counter(samples)
     unknown = set(counts) - {o for o, p in expected_probs.items() if p > 0}
     assert not unknown, f"sampled outcomes with zero target probability: {sorted(unknown)[:5]}"
-    big = _bins(expected_probs, n)
+    big, rest_bin = _binned(expected_probs, n)
     observed = [counts.get(o, 0) for o in big]
     expected = [expected_probs[o] * n for o in big]
-    rest_expected = n - sum(expected)
-    rest_observed = n - sum(observed)
-    if rest_expected >= MIN_EXPECTED:
+    rest_expected, rest_observed = n - sum(expected), n - sum(observed)
+    if rest_bin:
         observed.append(rest_observed)
         expected.append(rest_expected)
-    else:  # too sparse for a bin of its own: fold into the last bin
+    else:
         observed[-1] += rest_observed
         expected[-1] += rest_expected
     return float(chisquare(np.array(observed), np.array(expected)).pvalue)
@@ -61,7 +57,8 @@ def chi_square_pvalue(samples: Sequence[Hashable], expected_probs: dict[Hashable
 def power(n: int, expected_probs: dict[Hashable, float], effect: float = MIN_EFFECT) -> float:
     """The probability that ``n`` samples from a distribution at Cohen's w = ``effect`` from
     ``expected_probs`` give p < P_VALUE_THRESHOLD, with the bins ``chi_square_pvalue`` uses."""
-    df = max(1, _degrees_of_freedom(expected_probs, n))
+    big, rest_bin = _binned(expected_probs, n)
+    df = max(1, len(big) + rest_bin - 1)
     return float(ncx2.sf(chi2.isf(P_VALUE_THRESHOLD, df), df, n * effect**2))
 
 

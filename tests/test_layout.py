@@ -8,6 +8,7 @@ function counts too, and so does a name a package exports lazily (its ``EXPORTS`
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import subprocess
 import sys
@@ -61,6 +62,7 @@ def _lazy_exports(path: Path) -> dict[str, str]:
     return {}
 
 
+@functools.cache  # three tests read the project's graph: parse the sources once
 def _import_graph(base: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
     """module -> the project modules it imports: ``from pkg import sub`` is the submodule, a name
     ``pkg`` exports lazily is its defining module, anything else the nearest module that exists."""
