@@ -140,7 +140,7 @@ def start_target(
     cpus: frozenset[int] | None = None,
 ) -> NodeProcess:
     args = ["target", "--pair", pair, "--http", "127.0.0.1:0", "--data-dir", str(workdir / name), *extra]
-    return spawn(args, workdir / f"{name}.log", ("multiaddr", "http"), group=group, cpus=cpus)
+    return spawn(args, workdir / f"{name}.log", ("multiaddr", "http", "dashboard"), group=group, cpus=cpus)
 
 
 def start_drafter(
