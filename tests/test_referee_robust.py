@@ -29,11 +29,13 @@ from chainutil import (
     warp,
     wrong_answer_challenge,
 )
+from eth_account import Account
 from web3 import HTTPProvider
 
+import node.chain.client as client_module
 from node.chain.client import BondClient, connect
 from node.chain.deployment import DEV_REFEREES, BondConfig, dev_key
-from node.chain.receipts import SECP256K1_N, Disputed, RequestSpec
+from node.chain.receipts import SECP256K1_N, Disputed, RequestSpec, sign_verdict
 from node.chain.referee import Referee, backoff_delay
 from node.model.loading import TINY_TARGET, model_hash
 from verifier.params import SamplingParams
@@ -44,6 +46,7 @@ OUTAGE_POLL_S = 1.0  # the referee's poll interval (the default)
 MAX_OUTAGE_LINES = 4  # warnings it may log over the outage: it used to log one a poll
 MAX_LINE_CHARS = 200
 RECOVERY_S = 20.0  # longest wait for the verdict once the chain answers again
+BARRIER_TIMEOUT_S = 30.0  # the racing referees' longest wait for each other
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +125,51 @@ def test_high_s_twin_in_the_pool_is_ignored_succeeds(chain, pair, committed, ope
     assert second.signatures == 1 and not second.resolved
     (third,) = [o for o in one.run_once() if o.challenge_id == cid]  # re-signs: the quorum forms
     assert third.resolved and chain.client.challenge_record(cid)["status"] == 2
+
+
+def test_two_referees_resolving_at_once_both_report_the_outcome_succeeds(
+    chain, pair, committed, operator_key, tmp_path, monkeypatch
+):
+    """Two referee processes reach the quorum together: both resolve transactions pass their gas
+    estimate while the challenge is still open, and the one mined second reverts on chain. The
+    loser reports the outcome (resolved by the other) instead of a warning and then silence: the
+    demo's two referees raced so on a loaded machine, and the demo stopped waiting for one."""
+    cid = wrong_answer_challenge(chain, operator_key, committed, pair, seed=8)
+    pool = tmp_path / "pool"
+    one, two = (
+        Referee(BondClient(connect(chain.rpc), chain.client.address), [dev_key(i)], pair.target, committed, pool)
+        for i in DEV_REFEREES[:2]
+    )
+    (first,) = [o for o in one.run_once() if o.challenge_id == cid]
+    assert first.signatures == 1 and not first.resolved
+    (event,) = chain.client.events("ChallengeOpened", id=cid)
+    disputed, second_key = Disputed.from_event(event), dev_key(DEV_REFEREES[1])
+    address = Account.from_key(second_key).address
+    two.pool.put(disputed, True, address, sign_verdict(second_key, chain.client.domain, disputed, True))
+    estimated = threading.Barrier(2, timeout=BARRIER_TIMEOUT_S)  # only orders the real sends
+    send = client_module._send_signed
+
+    def after_both_estimates(w3, sender, tx, action):
+        if action == "resolve":
+            estimated.wait()
+        return send(w3, sender, tx, action)
+
+    monkeypatch.setattr(client_module, "_send_signed", after_both_estimates)
+    outcomes: dict[str, list] = {}
+
+    def race(name: str, referee: Referee) -> None:
+        outcomes[name] = referee.run_once()
+
+    racers = [threading.Thread(target=race, args=item) for item in (("one", one), ("two", two))]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(BARRIER_TIMEOUT_S * 2)
+    mine = {name: [o for o in found if o.challenge_id == cid] for name, found in outcomes.items()}
+    assert [len(mine.get(name, [])) for name in ("one", "two")] == [1, 1], mine  # each reports it
+    reported = [o for (o,) in mine.values()]
+    assert sorted(o.resolved for o in reported) == [False, True] and all(o.operator_at_fault for o in reported)
+    assert chain.client.challenge_record(cid)["status"] == 2
 
 
 def test_referee_reads_from_its_block_cursor_and_remembers_open_challenges_succeeds(

@@ -211,13 +211,22 @@ class Referee:
             return Outcome(cid, at_fault, len(sigs), False, **cost)
         try:
             tx = self.client.resolve(next(iter(self._keys.values())), cid, at_fault, sigs)
-        except ChainRevert as exc:
-            if exc.name != "ChallengeNotOpen":
+        except ChainError as exc:
+            if not self._resolved_elsewhere(cid, exc):
                 raise
             log.info("challenge %d was resolved by someone else", cid)
             return Outcome(cid, at_fault, len(sigs), False, **cost)
         log.info("challenge %d resolved: operator %s (gas %d)", cid, "at fault" if at_fault else "cleared", tx.gas_used)
         return Outcome(cid, at_fault, len(sigs), True, tx.gas_used, **cost)
+
+    def _resolved_elsewhere(self, cid: int, exc: ChainError) -> bool:
+        """Whether our resolve failed because another referee's resolve came first: refused at the
+        gas estimate (``ChallengeNotOpen``), or, when both estimates ran while the challenge was
+        still open, mined after the other one and reverted on chain (two referee processes
+        reaching the quorum together)."""
+        if isinstance(exc, ChainRevert):
+            return exc.name == "ChallengeNotOpen"
+        return ChallengeStatus(self.client.challenge_record(cid)["status"]) is not ChallengeStatus.OPEN
 
     def run_once(self) -> list[Outcome]:
         outcomes = []
