@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from node.lab.trio_thread import TrioThread
 from node.model.loading import load_pair
 
-torch.set_num_threads(2)
+# two cores: both for torch in one pytest process, one each under `pytest -n 2` (pytest-xdist workers)
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
 @pytest.fixture(scope="session")
