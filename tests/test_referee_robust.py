@@ -134,7 +134,7 @@ def test_two_referees_resolving_at_once_both_report_the_outcome_succeeds(
     estimate while the challenge is still open, and the one mined second reverts on chain. The
     loser reports the outcome (resolved by the other) instead of a warning and then silence: the
     demo's two referees raced so on a loaded machine, and the demo stopped waiting for one."""
-    cid = wrong_answer_challenge(chain, operator_key, committed, pair, seed=8)
+    cid = wrong_answer_challenge(chain, operator_key, committed, pair, seed=11)
     pool = tmp_path / "pool"
     one, two = (
         Referee(BondClient(connect(chain.rpc), chain.client.address), [dev_key(i)], pair.target, committed, pool)
