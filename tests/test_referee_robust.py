@@ -127,14 +127,13 @@ def test_high_s_twin_in_the_pool_is_ignored_succeeds(chain, pair, committed, ope
     assert third.resolved and chain.client.challenge_record(cid)["status"] == 2
 
 
-def test_two_referees_resolving_at_once_both_report_the_outcome_succeeds(
-    chain, pair, committed, operator_key, tmp_path, monkeypatch
-):
+def test_two_referees_resolving_at_once_both_report_the_outcome_succeeds(chain, pair, committed, tmp_path, monkeypatch):
     """Two referee processes reach the quorum together: both resolve transactions pass their gas
     estimate while the challenge is still open, and the one mined second reverts on chain. The
     loser reports the outcome (resolved by the other) instead of a warning and then silence: the
     demo's two referees raced so on a loaded machine, and the demo stopped waiting for one."""
-    cid = wrong_answer_challenge(chain, operator_key, committed, pair, seed=11)
+    _, own_operator = new_operator(chain, tmp_path / "operator", committed)  # no receipt shared with others
+    cid = wrong_answer_challenge(chain, own_operator, committed, pair, seed=11)
     pool = tmp_path / "pool"
     one, two = (
         Referee(BondClient(connect(chain.rpc), chain.client.address), [dev_key(i)], pair.target, committed, pool)
