@@ -331,8 +331,13 @@ def test_the_cli_starts_without_the_heavy_stacks():
 
 def test_an_unbonded_target_loads_no_chain_stack():
     """The target node, its engine and its HTTP API import without web3 or eth-account (about a
-    second and a half of every start): only a bonded target (``--chain``) loads them, when it bonds."""
+    second and a half of every start), and an unbonded node's config asks for no operator: only a
+    bonded target (``--chain``) loads them, when it bonds."""
     heavy = ("web3", "eth_account", "py_ecc")
-    code = f"import sys, node.target.node; print([m for m in {heavy!r} if m in sys.modules])"
+    code = (
+        "import sys, node.target.node; from node.target.config import TargetConfig; "
+        "assert TargetConfig().operator is None; "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -134,10 +134,10 @@ class TargetConfig:
     @property
     def operator(self) -> OperatorConfig | None:
         """How the node bonds; None for an unbonded node (no receipts)."""
-        from node.chain.operator import OperatorConfig  # web3 and eth_account: only for a bonded node
-
         if not self.chain:
             return None
+        from node.chain.operator import OperatorConfig  # web3 and eth_account: only for a bonded node
+
         return OperatorConfig(
             rpc=self.chain,
             deployments_dir=Path(self.deployments),
