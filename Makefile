@@ -57,8 +57,14 @@ browser:
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver; \
 	fi
 
+# pytest-xdist: one worker per core (torch at one thread in each: tests/conftest.py), whole modules
+# to a worker (module fixtures start their targets, drafters and chains once), the modules marked
+# slow first (--no-loadscope-reorder keeps that order)
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
+
 test: setup test-contracts browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 # refresh the README's screenshots (docs/img/dashboard.png, docs/img/simulator.png) from the browser tests
 screenshots: setup browser

@@ -8,6 +8,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from node.model.decoding import pair_proposer
 from verifier.decode import decode_plain, decode_speculative
 from verifier.model import score
@@ -30,6 +32,25 @@ class InvarianceReport:
         assert len(self.near_ties) <= max_near_tie_fraction * self.runs, self.near_ties
 
 
+class _PassRecorder:
+    """The target as plain decoding drives it, keeping the last logit row of each pass: the rows
+    plain decoding sampled from, so that a caller can compare them without scoring them again."""
+
+    def __init__(self, model) -> None:
+        self.model, self.vocab_size, self.rows = model, model.vocab_size, []
+
+    def cached(self) -> Sequence[int]:
+        return self.model.cached()
+
+    def extend(self, tokens: Sequence[int]) -> np.ndarray:  # -> [len(tokens), V]
+        logits = self.model.extend(tokens)
+        self.rows.append(logits[-1])
+        return logits
+
+    def rollback(self, n: int) -> None:
+        self.model.rollback(n)
+
+
 def _first_diff(a: Sequence[int], b: Sequence[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
@@ -42,17 +63,21 @@ def check_invariance(
     *,
     max_new: int,
     gamma: int,
-    on_plain: Callable[[list[int], list[int]], None] | None = None,
+    on_plain: Callable[[list[int], list[int], np.ndarray], None] | None = None,
 ) -> InvarianceReport:
-    """Every prompt × temperature × drafter, seed = the prompt's index; ``on_plain(ids, tokens)``
-    sees each plain decoding (e.g. to measure logit drift)."""
+    """Every prompt × temperature × drafter, seed = the prompt's index; ``on_plain(ids, tokens,
+    rows)`` sees each plain decoding with the logit rows it sampled from ([len(tokens), V]: row i
+    after ``ids + tokens[:i]``; row 0 from one pass over the whole prompt, each later row from a
+    one-position pass), e.g. to measure logit drift."""
     report = InvarianceReport()
     for temperature in temperatures:
         params = SamplingParams(temperature=temperature)
         for seed, ids in enumerate(prompts):
-            plain = decode_plain(pair.target, ids, params=params, seed=seed, max_new_tokens=max_new).tokens
+            pair.target.reset()  # plain decoding prefills the whole prompt in one pass (a shape callers can repeat)
+            recorder = _PassRecorder(pair.target)
+            plain = decode_plain(recorder, ids, params=params, seed=seed, max_new_tokens=max_new).tokens
             if on_plain is not None:
-                on_plain(ids, list(plain))
+                on_plain(ids, list(plain), np.stack(recorder.rows))
             for name in drafters:
                 report.runs += 1
                 proposer = pair_proposer(name, pair, rng_seed=seed)

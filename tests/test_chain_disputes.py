@@ -30,6 +30,8 @@ from verifier.params import SamplingParams
 from verifier.tolerance import TOLERANCE_DELTA, within_tolerance
 from verifier.verify import noisy_scores
 
+pytestmark = pytest.mark.slow(seconds=40)  # scheduled first (tests/conftest.py)
+
 SCRIPTS_TIMEOUT_S = 180
 PROMPT = "def parse_args(argv):"
 MAX_TOKENS = 16

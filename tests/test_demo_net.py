@@ -10,7 +10,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from node.chain.deployment import DEFAULT_THRESHOLD, BondConfig
+
+pytestmark = pytest.mark.slow(seconds=120)  # scheduled first (tests/conftest.py)
 
 DEMO_TIMEOUT_S = 900
 INTERRUPT_AFTER_S = 3.0  # into the targets' start-up (imports and model loading take longer)

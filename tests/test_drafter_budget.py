@@ -37,6 +37,8 @@ from tests import netutil
 from tests.netutil import complete, http_json, start_drafter, start_target, wait_for_drafters
 from verifier.params import SamplingParams
 
+pytestmark = pytest.mark.slow(seconds=30)  # scheduled first (tests/conftest.py)
+
 DEADLINE_MS = 60
 STALL_MS = 50  # just under the deadline
 MAX_TOKENS = 320  # long enough that one deadline is a few percent of the job, as on a real target

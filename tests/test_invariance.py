@@ -14,6 +14,8 @@ from tests.invariance import check_invariance
 from verifier.decode import decode_plain, decode_speculative
 from verifier.params import SamplingParams
 
+pytestmark = pytest.mark.slow(seconds=50)  # scheduled first (tests/conftest.py)
+
 PROMPTS = [
     "import os\n",
     "def main():\n    ",

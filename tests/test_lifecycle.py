@@ -24,6 +24,8 @@ from node.chain.anvil import free_port
 from node.chain.keys import write_key
 from p2p.host import peer_addrs, running_host
 
+pytestmark = pytest.mark.slow(seconds=40)  # scheduled first (tests/conftest.py)
+
 STARTUP_TIMEOUT_S = 120.0  # importing torch and loading the tiny model on a busy 2-core machine
 SIGNAL_EXIT_S = 10.0  # a node told to stop is gone this soon, whatever it was doing
 RUN_TIMEOUT_S = 180

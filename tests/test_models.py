@@ -15,6 +15,8 @@ from node.training.corpus import encode_files, split_corpus
 from node.training.loop import heldout_figures
 from verifier.errors import ModelMismatch
 
+pytestmark = pytest.mark.slow(seconds=30)  # scheduled first (tests/conftest.py)
+
 MANIFEST = json.loads((MODELS_DIR / "MANIFEST.json").read_text())
 SIZE_CAP_BYTES = 60 * 1024 * 1024
 REPRODUCE_TOLERANCE = 1e-3  # same data, same code, same software: only float reduction order may differ

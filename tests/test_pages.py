@@ -28,6 +28,8 @@ from node.target.http.pages import write_simulator
 from tests.netutil import complete, http_json, start_drafter, start_target, wait_for_drafters
 from verifier.theory import expected_tokens, optimal_gamma, speedup
 
+pytestmark = pytest.mark.slow(seconds=30)  # scheduled first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 CHROMIUM = Path("/usr/bin/chromium")

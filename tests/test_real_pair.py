@@ -4,8 +4,8 @@
   x every built-in drafter; GUMBEL speculative output must equal plain decoding token for token.
   A flip is tolerated only at a near-tie of plain decoding's top-two noisy scores (margin below
   TOLERANCE_DELTA); each is reported with its margin. The logit drift between pass shapes
-  (verification-width passes vs one position per pass, after the same prefill) is measured on
-  every request: inside the tolerance band, and zero on the served (skinny) kernel.
+  (verification-width passes vs the passes plain decoding sampled from) is measured on every
+  request: inside the tolerance band, and zero on the served (skinny) kernel.
 - Exactness: the first emitted token of a one-draft round under each proposer, for as many seeds
   as catch a deviation of Cohen's w = 0.1 with power 0.99 (tests/stats.py: 6,500), against the
   target's next-token distribution at T = 1 (chi-square, p > 1e-3).
@@ -24,6 +24,8 @@ from verifier.model import score
 from verifier.params import SamplingParams, token_probs
 from verifier.tolerance import TOLERANCE_DELTA
 from verifier.verify import noisy_scores, verify
+
+pytestmark = pytest.mark.slow(seconds=170)  # scheduled first (tests/conftest.py)
 
 CHAT = [
     "Why is the sky blue?",
@@ -61,14 +63,15 @@ def chat_ids(tokenizer, text: str) -> list[int]:
     return list(encoded["input_ids"])
 
 
-def _drift(target, ids: list[int], tokens: list[int]) -> float:
-    """Largest |logit| difference between verification passes (GAMMA + 1 positions each) and one
-    position per pass after the same prefill: what separates speculative from plain decoding."""
-    wide, narrow = target.fork(), target.fork()
-    wide.extend(ids), narrow.extend(ids)
-    verified = np.concatenate([wide.extend(tokens[i : i + GAMMA + 1]) for i in range(0, len(tokens), GAMMA + 1)])
-    plain = np.concatenate([narrow.extend([t]) for t in tokens])  # [len(tokens), V]
-    return float(np.max(np.abs(verified - plain)))
+def _drift(target, ids: list[int], tokens: list[int], plain_rows: np.ndarray) -> float:
+    """Largest |logit| difference between verification passes (GAMMA + 1 positions each) and plain
+    decoding's one-position passes (``plain_rows``, [len(tokens), V]; row i after ``ids +
+    tokens[:i]``), after the same one-pass prefill: what separates speculative from plain decoding."""
+    wide = target.fork()
+    wide.extend(ids)  # the prefill, as plain decoding's (its row 0 is that pass's in both)
+    scored = tokens[:-1]  # rows 1.. of plain decoding: after ids + tokens[:i], i >= 1
+    verified = np.concatenate([wide.extend(scored[i : i + GAMMA + 1]) for i in range(0, len(scored), GAMMA + 1)])
+    return float(np.max(np.abs(verified - plain_rows[1:])))
 
 
 def test_speculative_equals_plain_on_the_real_target(real_pair):
@@ -81,7 +84,7 @@ def test_speculative_equals_plain_on_the_real_target(real_pair):
         TEMPERATURES,
         max_new=MAX_NEW,
         gamma=GAMMA,
-        on_plain=lambda ids, tokens: drifts.append(_drift(real_pair.target, ids, tokens)),
+        on_plain=lambda ids, tokens, rows: drifts.append(_drift(real_pair.target, ids, tokens, rows)),
     )
     print(f"logit drift between pass shapes on the real target: max {max(drifts):.2e}, mean {np.mean(drifts):.2e}")
     report.check(MAX_NEAR_TIE_FRACTION, "real-target invariance")
