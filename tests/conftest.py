@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 import torch
@@ -10,6 +11,14 @@ from node.model.loading import load_pair
 
 # two cores: both for torch in one pytest process, one each under `pytest -n 2` (pytest-xdist workers)
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
+
+# A suite started in the background by a script inherits SIGINT ignored (POSIX: a non-interactive
+# shell's background jobs ignore it), and so would every process it starts: Python then installs no
+# KeyboardInterrupt, and the tests of Ctrl-C (`ask`, the demo, the nodes) would only see it ignored.
+# They stand for a Ctrl-C at a terminal, where SIGINT has its default: a handler here is reset to
+# the default in every child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _expected_seconds(item: pytest.Item) -> float:
