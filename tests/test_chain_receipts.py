@@ -175,7 +175,7 @@ def test_operator_never_signs_two_outputs_and_keeps_receipts_across_restarts(cha
     store.put_first(first)
     store.close()
     reopened = ReceiptStore(path)
-    assert reopened.get(spec.hash()) == first and reopened.count() == 1
+    assert reopened.get(first.receipt.model_hash, spec.hash()) == first and reopened.count() == 1
     reopened.close()
 
 

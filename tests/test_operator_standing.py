@@ -25,7 +25,7 @@ from node.chain.deployment import DEFAULT_THRESHOLD, DEV_DEPLOYER, DEV_REFEREES,
 from node.chain.operator import Operator, OperatorConfig, open_operator
 from node.chain.receipts import RECEIPT_FRESH_S
 from node.chain.standing import NotServing, StandingWatch
-from node.chain.store import StoreError, open_store
+from node.chain.store import STORE_FORMAT, StoreError, open_store
 from node.model.loading import TINY_TARGET, model_hash
 from node.target.engine import CompletionRequest, Engine
 from node.target.http.api import build_app
@@ -268,3 +268,56 @@ def test_two_stores_of_one_key_are_no_equivocation_but_one_store_is_reverts(chai
     assert "slashed" in operator.watch.check().reason
     operator.close()
     replica.close()
+
+
+def test_a_stored_answer_is_served_only_under_the_model_that_made_it_succeeds(chain, tmp_path):
+    """An operator that moves to another model (unbond, withdraw, register the new one) with the
+    same key and store answers a request anew under the new model: the old model's answer is never
+    re-signed under the new hash (a wrong-token challenge the honest operator would lose), and the
+    old receipt is kept. Two receipts for one request under two models are no equivocation."""
+    old_model, new_model = b"\x42" * 32, b"\x43" * 32
+    operator, key = _operator(chain, tmp_path, old_model)
+    spec = request(seed=41)
+    old = operator.sign(spec, (1, 2))
+    chain.client.send(key, "requestUnbond")
+    warp(chain, chain.client.config().unbonding_delay + 1)
+    chain.client.send(key, "withdrawBond")
+    moved = Operator(chain.client, key, new_model, operator.store)
+    assert moved.ensure_bonded().registered_now
+    moved.watch = StandingWatch(chain.client, moved.address, new_model, poll_s=FAST_POLL_S)
+    warp(chain, 2 * RECEIPT_FRESH_S)  # the old receipt is old now: a replay would be re-signed
+    moved.watch.check()
+    assert moved.lookup(spec) is None
+    answer = moved.sign(spec, (3, 4))
+    assert answer.output == (3, 4) and answer.receipt.model_hash == new_model
+    answer.check()
+    assert moved.store.get(old_model, spec.hash()) == old
+    with pytest.raises(ChainRevert) as err:
+        chain.client.slash_equivocation(dev_key(7), old, answer)
+    assert err.value.name == "ModelHashesDiffer"
+    moved.close()
+
+
+def test_a_store_keyed_by_request_alone_is_rekeyed_by_model_and_keeps_every_receipt_succeeds(chain, tmp_path):
+    """A store of format 2 (receipts keyed by request hash alone) opens as format 3: each receipt
+    under the model it names, nonce and owner unchanged."""
+    operator, _ = _operator(chain, tmp_path)
+    signed = operator.sign(request(seed=43), (5, 6))
+    operator.close()
+    path = tmp_path / "format2.sqlite"
+    owner = {"operator": operator.address, "chain_id": chain.client.domain.chain_id}
+    owner["contract"] = chain.client.domain.contract
+    with sqlite3.connect(path) as db:  # what the store looked like before: receipts keyed by request alone
+        db.execute(
+            "CREATE TABLE receipts (request_hash BLOB PRIMARY KEY, receipt TEXT NOT NULL, created REAL NOT NULL)"
+        )
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        row = (signed.receipt.request_hash, json.dumps(signed.to_json()))
+        db.execute("INSERT INTO receipts VALUES (?, ?, 1.0)", row)
+        meta = [("format", "2"), ("nonce", "7"), ("owner", json.dumps(owner))]
+        db.executemany("INSERT INTO meta VALUES (?, ?)", meta)
+    store = open_store(path, operator.address, chain.client.domain, registered=True)
+    assert store.get(signed.receipt.model_hash, signed.receipt.request_hash) == signed
+    assert store.get(b"\x43" * 32, signed.receipt.request_hash) is None
+    assert (store.meta("format"), store.nonce, store.count()) == (str(STORE_FORMAT), 7, 1)
+    store.close()

@@ -130,7 +130,7 @@ class Operator:
         """The stored receipt of an answered request, re-signed with a fresh ``issuedAt`` when it is
         older than RECEIPT_FRESH_S (the same output: a replay never changes the answer)."""
         with self._sign_lock:
-            stored = self.store.get(request.hash())
+            stored = self.store.get(self.model_hash, request.hash())  # never another model's answer
             if stored is None or self._now() - stored.receipt.issued_at <= RECEIPT_FRESH_S:
                 return stored
             self.require_serving()

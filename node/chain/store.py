@@ -10,6 +10,13 @@ store that cannot do that job, unless told to start a new one (``--new-receipt-s
 - the store belongs to another operator or another deployment;
 - another process holds it (two nodes sharing one store, or one key).
 
+Receipts are keyed by (model hash, request hash): a stored answer is served only under the model
+that made it. An operator that changes its model (unbond, withdraw, register the new one) keeps its
+key and store, and a request it answered under the old model is answered anew under the new one;
+the contract counts two receipts as equivocation only under one model hash, so that is none. (A
+store keyed by request alone would re-sign the old model's answer under the new hash: a wrong-token
+challenge the honest operator would lose.)
+
 Each store has a random 64-bit ``nonce``, made when it is created and kept in it. Every receipt
 names it (``Receipt.storeNonce``), and the contract counts two receipts as equivocation only when
 one store signed both: a node that lost its store, or a second replica with the same key on another
@@ -36,7 +43,12 @@ from node.chain.receipts import Domain, SignedReceipt
 
 log = logging.getLogger(__name__)
 
-STORE_FORMAT = 2  # 1: receipts only, no owner record
+STORE_FORMAT = 3  # 1: receipts only, no owner record; 2: receipts keyed by request hash alone
+OWNER_FORMAT = 2  # the first format that names its owner (older stores are refused)
+RECEIPTS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {name} (model_hash BLOB NOT NULL, request_hash BLOB NOT NULL,"
+    " receipt TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (model_hash, request_hash))"
+)
 NONCE_BITS = 64
 
 
@@ -54,11 +66,9 @@ class ReceiptStore:
         self._lock_file = held or _lock(path)  # ``held``: the lock, already taken by open_store
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS receipts ("
-            " request_hash BLOB PRIMARY KEY, receipt TEXT NOT NULL, created REAL NOT NULL)"
-        )
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        _migrate_to_model_keys(self._db)
+        self._db.execute(RECEIPTS_TABLE.format(name="receipts"))
         self._db.execute(
             "INSERT OR IGNORE INTO meta VALUES ('format', ?), ('nonce', ?)",
             (str(STORE_FORMAT), str(secrets.randbits(NONCE_BITS))),
@@ -80,33 +90,37 @@ class ReceiptStore:
         with self._lock:
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('owner', ?)", (owner,))
 
-    def get(self, request_hash: bytes) -> SignedReceipt | None:
+    def get(self, model_hash: bytes, request_hash: bytes) -> SignedReceipt | None:
+        """The receipt signed for ``request_hash`` under ``model_hash`` (None: not answered under that model)."""
         with self._lock:
-            row = self._db.execute("SELECT receipt FROM receipts WHERE request_hash = ?", (request_hash,)).fetchone()
+            row = self._db.execute(
+                "SELECT receipt FROM receipts WHERE model_hash = ? AND request_hash = ?", (model_hash, request_hash)
+            ).fetchone()
         return SignedReceipt.from_json(json.loads(row[0])) if row else None
 
     def put_first(self, signed: SignedReceipt) -> SignedReceipt:
-        """Store ``signed`` unless its request already has a receipt; the stored one either way."""
-        key = signed.receipt.request_hash
+        """Store ``signed`` unless its request already has a receipt under its model; the stored one either way."""
+        key = (signed.receipt.model_hash, signed.receipt.request_hash)
         with self._lock:
             self._db.execute(
-                "INSERT OR IGNORE INTO receipts (request_hash, receipt, created) VALUES (?, ?, ?)",
-                (key, json.dumps(signed.to_json()), time.time()),
+                "INSERT OR IGNORE INTO receipts (model_hash, request_hash, receipt, created) VALUES (?, ?, ?, ?)",
+                (*key, json.dumps(signed.to_json()), time.time()),
             )
-        stored = self.get(key)
+        stored = self.get(*key)
         assert stored is not None
         return stored
 
     def refresh(self, signed: SignedReceipt) -> None:
-        """Replace the stored receipt of ``signed``'s request by ``signed``, which must name the
-        same output (a later ``issuedAt`` for the same answer is no equivocation)."""
-        stored = self.get(signed.receipt.request_hash)
+        """Replace the stored receipt of ``signed``'s request and model by ``signed``, which must name
+        the same output (a later ``issuedAt`` for the same answer is no equivocation)."""
+        key = (signed.receipt.model_hash, signed.receipt.request_hash)
+        stored = self.get(*key)
         if stored is None or stored.output != signed.output:
-            raise StoreError("a refreshed receipt must name the stored output")
+            raise StoreError("a refreshed receipt must name the stored output under the same model")
         with self._lock:
             self._db.execute(
-                "UPDATE receipts SET receipt = ? WHERE request_hash = ?",
-                (json.dumps(signed.to_json()), signed.receipt.request_hash),
+                "UPDATE receipts SET receipt = ? WHERE model_hash = ? AND request_hash = ?",
+                (json.dumps(signed.to_json()), *key),
             )
 
     def count(self) -> int:
@@ -116,6 +130,24 @@ class ReceiptStore:
     def close(self) -> None:
         self._db.close()
         self._lock_file.close()  # releases the lock
+
+
+def _migrate_to_model_keys(db: sqlite3.Connection) -> None:
+    """A format-2 store (receipts keyed by request hash alone) rekeyed by (model hash, request
+    hash), each receipt under the model it names; one transaction, so a crash leaves either."""
+    columns = [row[1] for row in db.execute("PRAGMA table_info(receipts)")]
+    if not columns or "model_hash" in columns:
+        return
+    rows = db.execute("SELECT request_hash, receipt, created FROM receipts").fetchall()
+    keyed = [(SignedReceipt.from_json(json.loads(r)).receipt.model_hash, h, r, c) for h, r, c in rows]
+    with db:  # one transaction (the connection is in autocommit mode otherwise)
+        db.execute("BEGIN")
+        db.execute(RECEIPTS_TABLE.format(name="receipts_by_model"))
+        db.executemany("INSERT INTO receipts_by_model VALUES (?, ?, ?, ?)", keyed)
+        db.execute("DROP TABLE receipts")
+        db.execute("ALTER TABLE receipts_by_model RENAME TO receipts")
+        db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(STORE_FORMAT),))
+    log.info("receipt store: %d receipts rekeyed by model and request (format %d)", len(keyed), STORE_FORMAT)
 
 
 def _owner(operator: str, domain: Domain) -> dict:
@@ -149,8 +181,8 @@ def store_problem(path: Path, operator: str, domain: Domain, *, registered: bool
             rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
     except sqlite3.Error:
         rows = {}
-    if int(rows.get("format", 1)) < STORE_FORMAT or "owner" not in rows:
-        return f"the receipt store {path} predates store format {STORE_FORMAT} (it does not name its operator)"
+    if int(rows.get("format", 1)) < OWNER_FORMAT or "owner" not in rows:
+        return f"the receipt store {path} predates store format {OWNER_FORMAT} (it does not name its operator)"
     owner = json.loads(rows["owner"])
     if owner != _owner(operator, domain):
         return f"the receipt store {path} holds receipts of {owner}, not of operator {operator} on this deployment"
