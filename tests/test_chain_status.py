@@ -145,7 +145,7 @@ def test_challenge_rows_are_newest_first_bounded_by_limit_and_filtered_by_operat
         ("https://eth-mainnet.example.com/v2/SECRETKEY", "https://eth-mainnet.example.com/…"),
         ("https://user:SECRETKEY@rpc.example.com:8443/", "https://rpc.example.com:8443/…"),
         ("https://rpc.example.com/?apikey=SECRETKEY", "https://rpc.example.com/…"),
-        ("not a url SECRETKEY", "<an RPC URL>"),
+        ("not a url SECRETKEY", "<a URL>"),
     ],
 )
 def test_an_rpc_url_is_shown_without_its_api_key(rpc, shown):

@@ -14,7 +14,6 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from eth_abi import decode as abi_decode
 from eth_account import Account
@@ -32,6 +31,7 @@ from web3.logs import DISCARD
 from node.chain import ChainError
 from node.chain.deployment import BondConfig, Deployment, load_artifact
 from node.chain.receipts import Domain, Receipt, SignedReceipt
+from node.runtime.redact import redact, shown_url
 
 log = logging.getLogger(__name__)
 
@@ -101,16 +101,8 @@ class TxResult:
 
 
 def shown_rpc(rpc: str) -> str:
-    """An RPC URL as logs and errors show it: scheme, host and port only. A hosted endpoint carries
-    its API key in the path, the query or the user part (``https://…/v2/<key>``), and keys are
-    never logged."""
-    parts = urlsplit(rpc)
-    if not parts.scheme or not parts.hostname:
-        return "<an RPC URL>"
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    port = f":{parts.port}" if parts.port else ""
-    hidden = "/…" if parts.path.strip("/") or parts.query or parts.username or parts.password else ""
-    return f"{parts.scheme}://{host}{port}{hidden}"
+    """An RPC URL as logs and errors show it (node.runtime.redact): scheme, host and port only."""
+    return shown_url(rpc)
 
 
 def connect(rpc: str) -> Web3:
@@ -141,7 +133,9 @@ class BondClient:
     def from_deployment(cls, rpc: str, deployment: Deployment) -> BondClient:
         w3 = connect(rpc)
         if w3.eth.chain_id != deployment.chain_id:
-            raise ChainError(f"{rpc} is chain {w3.eth.chain_id}, the deployment is for chain {deployment.chain_id}")
+            raise ChainError(
+                f"{shown_rpc(rpc)} is chain {w3.eth.chain_id}, the deployment is for chain {deployment.chain_id}"
+            )
         return cls(w3, deployment.address)
 
     # ---------------------------------------------------------------- errors and transactions
@@ -343,7 +337,7 @@ def _send_signed(w3: Web3, sender, tx: dict, action: str) -> TxResult:
             tx_hash = w3.eth.send_raw_transaction(sender.sign_transaction(tx).raw_transaction)
         except Web3RPCError as exc:
             if attempt == NONCE_ATTEMPTS or not _nonce_race(exc):
-                raise ChainError(f"{action}: the node refused the transaction: {exc}") from None
+                raise ChainError(f"{action}: the node refused the transaction: {redact(str(exc))}") from None
             log.debug("%s: nonce %d was taken (%s); retrying", action, tx["nonce"], exc)
         else:
             receipt = _wait_mined(w3, tx_hash, sender.address, tx["nonce"], action)

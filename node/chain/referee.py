@@ -38,6 +38,7 @@ from node.chain.client import BondClient, ChainRevert, ChallengeStatus, shown_rp
 from node.chain.config import DEFAULT_POLL_S
 from node.chain.receipts import MICROS, Disputed, ReceiptError, check_canonical, sign_verdict, verdict_signable
 from node.model.adapter import HFCausalLM
+from node.runtime.redact import redact
 from verifier.errors import SpecmarketError
 from verifier.params import SamplingParams
 
@@ -303,7 +304,7 @@ def _rpc(client: BondClient) -> str:
 
 def _reason(exc: BaseException) -> str:
     """``ExcType: reason``, short: the errno phrase buried in requests' text where there is one."""
-    text = " ".join(str(exc).split())  # one line
+    text = " ".join(redact(str(exc)).split())  # one line
     found = ERRNO_REASON.search(text)
     reason = found.group(0).strip() if found else text[:REASON_CHARS]
     return f"{type(exc).__name__}: {reason}"

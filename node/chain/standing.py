@@ -23,6 +23,7 @@ from web3.exceptions import Web3Exception
 from node.chain import ChainError
 from node.chain.challenges import ChallengeRow, newest, rows_of
 from node.chain.client import BondClient
+from node.runtime.redact import describe
 from verifier.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class StandingWatch:
         try:
             standing = self._look()
         except (ChainError, OSError, Web3Exception) as exc:
-            reason = f"the chain does not answer ({type(exc).__name__}: {exc})"[:MAX_REASON_CHARS]
+            reason = f"the chain does not answer ({describe(exc)})"[:MAX_REASON_CHARS]
             standing = Standing(reason, time.monotonic(), reachable=False)
         previous = self._standing
         if previous is None or previous.reason != standing.reason:

@@ -17,6 +17,7 @@ from node.cli.local import add_local_commands
 from node.cli.market import add_market_commands
 from node.cli.training import add_training_commands
 from node.runtime.logs import stderr_handler
+from node.runtime.redact import redact
 from verifier.errors import SpecmarketError, error_leaves
 
 log = logging.getLogger("specmarket")
@@ -55,5 +56,5 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         if not all(isinstance(leaf, SpecmarketError) for leaf in leaves):
             raise
-        print(f"specmarket: error: {leaves[0]}", file=sys.stderr)
+        print(f"specmarket: error: {redact(str(leaves[0]))}", file=sys.stderr)
         return 2

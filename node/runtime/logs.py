@@ -7,6 +7,8 @@ import importlib.util
 import logging
 import sys
 
+from node.runtime.redact import redact
+
 NOISY_LOGGERS = ("libp2p", "multiaddr", "hypercorn", "transformers", "httpx")
 # py-libp2p 0.8.1's rendezvous service logs an ERROR with an empty message each time a client
 # closes its stream after a (successful) registration; kept out of the operator's log.
@@ -17,10 +19,11 @@ LINE_BREAK = " | "  # what a line break inside one event (a traceback, a warning
 
 class OneLineFormatter(logging.Formatter):
     """LOG_FORMAT, one event per line: a multi-line message or traceback is folded into the line
-    of its record (line breaks become LINE_BREAK), so every line of the log starts with its time."""
+    of its record (line breaks become LINE_BREAK), so every line of the log starts with its time;
+    every URL in it is redacted (node.runtime.redact: an RPC URL's key never reaches a log)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return LINE_BREAK.join(super().format(record).splitlines())
+        return redact(LINE_BREAK.join(super().format(record).splitlines()))
 
 
 def stderr_handler(level: int = logging.NOTSET) -> logging.Handler:
