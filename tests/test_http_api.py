@@ -315,10 +315,26 @@ def test_bad_request(servers, body, status, named):
         assert error["code"] == "model_not_found"
 
 
-def test_unknown_fields_and_content_type_are_tolerated(servers):
+def test_unknown_fields_and_a_charset_are_tolerated(servers):
     body = json.dumps({**OK, "user": "me", "stream_options": None, "x_custom": [1], "n": 1, "echo": False})
-    status, _, raw = request(servers.url, "POST", "/v1/completions", body.encode(), {"Content-Type": "text/plain"})
+    declared = {"Content-Type": "application/json; charset=utf-8"}
+    status, _, raw = request(servers.url, "POST", "/v1/completions", body.encode(), declared)
     assert status == 200 and len(json.loads(raw)["specmarket"]["tokens"]) == 2
+
+
+CROSS_SITE_KINDS = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None]
+
+
+@pytest.mark.parametrize("kind", CROSS_SITE_KINDS)
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_a_body_not_declared_json_is_refused_with_415_reverts(servers, path, kind):
+    """What a page the operator visits could send cross-site without a CORS preflight starts no job."""
+    before = servers.engine.counters.requests
+    declared = {"Accept": "*/*"} if kind is None else {"Content-Type": kind}  # None: no Content-Type at all
+    status, _, raw = request(servers.url, "POST", path, json.dumps(OK).encode(), declared)
+    error = json.loads(raw)["error"]
+    assert status == 415 and error["code"] == "unsupported_media_type" and "application/json" in error["message"]
+    assert servers.engine.counters.requests == before
 
 
 def test_prompt_as_single_item_list(servers, reference):

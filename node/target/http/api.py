@@ -73,6 +73,7 @@ BODY_TIMEOUT_S = HTTP_BODY_TIMEOUT_S  # a client must send its whole body this s
 MAX_HEADER_BYTES = 16 << 10  # request line and headers (h11's limit; more is answered 431)
 DRAIN_BYTES = 8 << 20  # an oversized body is read and dropped up to this size so the client gets its 413
 GRACEFUL_SHUTDOWN_S = 2.0
+JSON_MEDIA_TYPE = "application/json"  # the only body a POST takes (require_json)
 MAX_HEALTH_DRAFTERS = 32  # /health lists the first (best) drafters of status(); drafters_total counts all
 Body = TypeVar("Body", bound=Sampling)
 
@@ -120,8 +121,20 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return data
 
 
+def require_json(request: Request) -> None:
+    """A POST body must be declared JSON (415 otherwise, before it is read). A page the operator
+    visits can send a cross-site form (text/plain, urlencoded, multipart) without a CORS preflight;
+    an application/json body needs one, which this server never grants, so no page can start jobs."""
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != JSON_MEDIA_TYPE:
+        shown = repr(media[:MAX_ECHOED_CHARS]) if media else "none"
+        message = f"the request body must be {JSON_MEDIA_TYPE}, its Content-Type is {shown}"
+        raise HttpError(415, message, code="unsupported_media_type")
+
+
 async def parse_body(request: Request, model: type[Body], timeout_s: float | None = None) -> Body:
-    """The body as ``model``: strict JSON, then strict validation (the first error, as a 400)."""
+    """The body as ``model``: declared JSON, strict JSON, then strict validation (the first error, as a 400)."""
+    require_json(request)
     data = parse_json_object(await read_body(request, timeout_s))
     try:
         return model.model_validate(data)
@@ -190,7 +203,7 @@ class Routes:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
 
-ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 503)}
+ERRORS = {status: {"model": ErrorResponse} for status in (400, 404, 413, 415, 503)}
 
 
 def _post(
