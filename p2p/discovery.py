@@ -274,10 +274,15 @@ class BoundedRendezvousService(RendezvousService):
         return None
 
     def _handle_discover(self, peer_id: ID, discover_msg: Message.Discover) -> Message:
+        """The asker's own live registration, or none: no more. A drafter needs no list of the
+        others (it discovers only to see its own registration gone, ``withdraw``), and py-libp2p's
+        answer, every registration of the namespace, made a 60-byte request draw about 2 MiB."""
         if discover_msg.ns not in self.namespaces:  # py-libp2p would create the namespace
             status = Message.ResponseStatus.E_INVALID_NAMESPACE
             return create_discover_response_message([], b"", status, "this point serves other namespaces")
-        return super()._handle_discover(peer_id, discover_msg)
+        own = self.registrations.get(discover_msg.ns, {}).get(peer_id)
+        found = [own.to_protobuf_register()] if own is not None and own.expires_at > time.time() else []
+        return create_discover_response_message(found, b"", Message.ResponseStatus.OK, "OK")
 
     def _handle_register(self, peer_id: ID, register_msg: Message.Register) -> Message:
         """Validate, trim and store a registration (replacing the peer's previous one)."""

@@ -232,3 +232,20 @@ def test_health_shows_a_bounded_drafter_list_and_the_total(pair):
         health = http_json(f"{urls['main']}/health")
     assert health["drafters_total"] == len(rows)
     assert list(health["drafters"]) == list(ranked)[: http_api.MAX_HEALTH_DRAFTERS]
+
+
+def test_a_discover_is_answered_with_the_askers_own_registration_only(portal, net):
+    """No amplification: however many drafters are registered, with as many addresses as fit, a
+    DISCOVER draws at most the asker's own registration (a stranger gets an empty list)."""
+    target, peers = net
+    RendezvousPoint(target, NS)
+    for peer in peers[:-1]:
+        assert portal.run(send, peer, target, register_msg(peer, tcp_addrs(40))).registerResponse.status == Status.OK
+    discover = Message(type=Message.DISCOVER)
+    discover.discover.ns = NS
+    request_bytes = len(discover.SerializeToString())
+    own = portal.run(send, peers[0], target, discover).discoverResponse
+    assert own.status == Status.OK and [r.peer.id for r in own.registrations] == [peers[0].get_id().to_bytes()]
+    assert len(own.SerializeToString()) <= request_bytes + discovery.MAX_ADDRS_PER_REGISTRATION * 64
+    stranger = portal.run(send, peers[-1], target, discover).discoverResponse
+    assert stranger.status == Status.OK and list(stranger.registrations) == []
