@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 
 import pytest
 import trio
@@ -321,3 +322,23 @@ def test_a_store_keyed_by_request_alone_is_rekeyed_by_model_and_keeps_every_rece
     assert store.get(b"\x43" * 32, signed.receipt.request_hash) is None
     assert (store.meta("format"), store.nonce, store.count()) == (str(STORE_FORMAT), 7, 1)
     store.close()
+
+
+def test_the_engine_looks_up_stored_answers_off_the_trio_thread_succeeds(chain, pair, tmp_path):
+    """The receipt store (SQLite) and a stale receipt's re-signature never block the trio loop that
+    serves every other client: the engine asks the operator from a worker thread."""
+    operator, _ = _operator(chain, tmp_path, model_hash(TINY_TARGET))
+    engine = Engine(pair, model_name="t", gamma=4, operator=operator)
+    looked_up_in: list[threading.Thread] = []
+    lookup = operator.lookup
+
+    def spy(spec):
+        looked_up_in.append(threading.current_thread())
+        return lookup(spec)
+
+    operator.lookup = spy
+    first = trio.run(engine.complete, CompletionRequest("x =", 3, seed=9))
+    again = trio.run(engine.complete, CompletionRequest("x =", 3, seed=9))  # answered from the store
+    assert again.stats["replayed"] == 1 and again.tokens == first.tokens
+    assert looked_up_in and threading.main_thread() not in looked_up_in  # trio.run ran in this one
+    operator.close()

@@ -336,7 +336,8 @@ class Engine:
             self.operator.require_serving()  # before any work: an answer it cannot receipt is refused
         self.counters.start_job(self.max_jobs)
         try:
-            stored = self.operator.lookup(spec) if self.operator is not None else None
+            # SQLite and perhaps a signature (a stale stored receipt is re-signed): off the trio thread
+            stored = await trio.to_thread.run_sync(self.operator.lookup, spec) if self.operator is not None else None
             if stored is not None:
                 return await self._replay(job_id, job, stored, on_chunk)
             return await self._run_job(job_id, job, on_chunk)
