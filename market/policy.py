@@ -127,14 +127,24 @@ class Policy:
 
     def select(self, registry: Registry, n: int) -> list[str]:
         """Up to ``n`` eligible peers to ask for drafts: the judged ones best first, and at most one
-        untried peer (the least tried), so untried identities, which are free to mint, can never
-        crowd out the best judged drafter; with n = 1 the best judged drafter goes first."""
+        untried peer, so untried identities, which are free to mint, can never crowd out the best
+        judged drafter; with n = 1 the best judged drafter goes first. The untried slot goes to the
+        least tried (fewest jobs), then the longest waiting (first seen): never by peer id, which a
+        peer can grind, so no identity can take the slot every time (a peer that leaves and
+        registers again keeps its jobs and first sighting: ``Registry.forget``)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise MarketError(f"n must be a non-negative int, got {n!r}")
         eligible = self.eligible(registry)
         judged = self.rank(registry, [p for p in eligible if self.is_judged(registry.stats(p))], explore=False)
         untried = [p for p in eligible if not self.is_judged(registry.stats(p))]
-        untried.sort(key=lambda p: (registry.stats(p).jobs, -self._explore_score(registry.stats(p)), p))
+        untried.sort(
+            key=lambda p: (
+                registry.stats(p).jobs,
+                -self._explore_score(registry.stats(p)),
+                registry.info(p).first_seen,
+                p,  # the same first sighting (one clock tick): any fixed order
+            )
+        )
         slot = untried[:1] if n >= 2 or not judged else []
         return (judged[: n - len(slot)] + slot)[:n]
 

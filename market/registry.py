@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 MAX_PEER_ID_LEN = 128
 LATENCY_EWMA_ALPHA = 0.2  # weight of the newest latency sample
 BUSY_BACKOFF_S = 5.0  # a drafter that refused a session (full) is not asked again this soon
+REMEMBER_DEPARTED_S = 3600.0  # a departed peer's judgement is kept this long (past the longest bench)
+MAX_DEPARTED = 4096  # departed peers remembered at most; the oldest departure is forgotten first
 
 
 class MarketError(SpecmarketError, ValueError):
@@ -125,6 +128,8 @@ class Registry:
         self._clock = clock
         self._info: dict[str, DrafterInfo] = {}
         self._stats: dict[str, DrafterStats] = {}
+        # peers that left: peer -> (stats, first seen, left at), in order of departure
+        self._departed: OrderedDict[str, tuple[DrafterStats, float, float]] = OrderedDict()
 
     # -- discovery -------------------------------------------------------------------------
 
@@ -136,22 +141,43 @@ class Registry:
         now = self._clock()
         old = self._info.get(peer_id)
         first_seen = now if old is None else old.first_seen
-        self._info[peer_id] = DrafterInfo(peer_id, tuple(addrs), first_seen, now)
         if old is None:
-            self._stats[peer_id] = DrafterStats()
-            log.info("discovered drafter %s at %s", peer_id, ", ".join(addrs) or "(no address)")
+            returning = self._returning(peer_id)
+            stats, first_seen = returning or (DrafterStats(), now)
+            self._stats[peer_id] = stats
+            again = " (back: judged as before it left)" if returning else ""
+            log.info("discovered drafter %s at %s%s", peer_id, ", ".join(addrs) or "(no address)", again)
+        self._info[peer_id] = DrafterInfo(peer_id, tuple(addrs), first_seen, now)
         return old is None
 
     def forget(self, peer_id: str) -> None:
-        """Drop a peer and its stats (a no-op for an unknown peer)."""
-        self._info.pop(peer_id, None)
-        self._stats.pop(peer_id, None)
+        """The peer left (a no-op for an unknown one): it is no longer asked, but its judgement
+        (stats, bench, jobs, first sighting) is remembered for REMEMBER_DEPARTED_S, so leaving and
+        registering again resets no bench, no trial and no place among the untried peers."""
+        info, stats = self._info.pop(peer_id, None), self._stats.pop(peer_id, None)
+        if info is None or stats is None:
+            return
+        now = self._clock()
+        self._departed.pop(peer_id, None)
+        self._departed[peer_id] = (stats, info.first_seen, now)
+        while self._departed:  # oldest departure first: drop the stale ones and those past the cap
+            _, (_, _, left_at) = next(iter(self._departed.items()))
+            if len(self._departed) <= MAX_DEPARTED and now - left_at <= REMEMBER_DEPARTED_S:
+                break
+            self._departed.popitem(last=False)
+
+    def _returning(self, peer_id: str) -> tuple[DrafterStats, float] | None:
+        """The remembered stats and first sighting of a peer that left less than REMEMBER_DEPARTED_S ago."""
+        entry = self._departed.pop(peer_id, None)
+        if entry is None or self._clock() - entry[2] > REMEMBER_DEPARTED_S:
+            return None
+        return entry[0], entry[1]
 
     def prune(self, max_age_s: float) -> list[str]:
         """Forget the peers not seen for more than ``max_age_s``; return them, sorted.
 
-        A forgotten peer that comes back starts from scratch: peer ids are free to mint, so keeping
-        history for vanished ids would cost memory without stopping a determined evader.
+        A forgotten peer that comes back within REMEMBER_DEPARTED_S is judged as before (``forget``);
+        the memory is bounded (MAX_DEPARTED), since peer ids are free to mint.
         """
         if not math.isfinite(max_age_s) or max_age_s < 0:
             raise MarketError(f"max_age_s must be finite and >= 0, got {max_age_s!r}")

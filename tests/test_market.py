@@ -353,3 +353,53 @@ def test_ledger_closed_and_bad_get(tmp_path) -> None:
         ledger.totals()
     with pytest.raises(MarketError, match="closed"):
         ledger.credit("j", {"p": (1, 1)})
+
+
+def test_leaving_and_registering_again_keeps_the_judgement(reg: Registry, policy: Policy, clock: FakeClock) -> None:
+    """A drafter that re-registers after each job (with a peer id that sorts first) keeps its jobs,
+    trial and bench: honest newcomers get the untried slot before it is asked again."""
+    reg.upsert("veteran", [])
+    for _ in range(10):
+        _draft(reg, policy, "veteran", 8, 7)
+    reg.upsert("0-evader", [])
+    assert policy.select(reg, 2) == ["veteran", "0-evader"]
+    reg.record_job("0-evader")
+    reg.record_timeout("0-evader")
+    reg.forget("0-evader")  # it withdraws after the job...
+    clock.advance(1)
+    reg.upsert("newcomer", [])
+    assert reg.upsert("0-evader", []) is True  # ...and registers again: known again, judged as before
+    assert reg.stats("0-evader").jobs == 1 and reg.stats("0-evader").timeouts == 1
+    assert policy.select(reg, 2) == ["veteran", "newcomer"]
+    reg.record_job("newcomer")
+    reg.record_timeout("newcomer")
+    assert policy.select(reg, 2) == ["veteran", "0-evader"]  # both tried alike: the one seen first
+
+
+def test_a_benched_drafter_that_leaves_is_still_benched_when_it_returns(
+    reg: Registry, policy: Policy, clock: FakeClock
+) -> None:
+    reg.upsert("bad", [])
+    for _ in range(8):
+        _draft(reg, policy, "bad", 8, 0)
+    assert policy.is_benched(reg.stats("bad"))
+    reg.forget("bad")
+    reg.upsert("bad", [])
+    assert policy.is_benched(reg.stats("bad")) and "bad" not in policy.select(reg, 3)
+
+
+def test_departed_peers_are_remembered_for_a_while_and_in_bounded_number(
+    reg: Registry, clock: FakeClock, monkeypatch
+) -> None:
+    import market.registry as registry_module
+
+    monkeypatch.setattr(registry_module, "MAX_DEPARTED", 3)
+    for peer in ["a", "b", "c", "d"]:
+        reg.upsert(peer, [])
+        reg.record_job(peer)
+        reg.forget(peer)
+    reg.upsert("a", [])  # the oldest departure went past the cap: a starts afresh
+    assert reg.stats("a").jobs == 0
+    clock.advance(registry_module.REMEMBER_DEPARTED_S + 1)
+    reg.upsert("d", [])  # remembered, but too long ago
+    assert reg.stats("d").jobs == 0
