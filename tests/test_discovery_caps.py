@@ -249,3 +249,45 @@ def test_a_discover_is_answered_with_the_askers_own_registration_only(portal, ne
     assert len(own.SerializeToString()) <= request_bytes + discovery.MAX_ADDRS_PER_REGISTRATION * 64
     stranger = portal.run(send, peers[-1], target, discover).discoverResponse
     assert stranger.status == Status.OK and list(stranger.registrations) == []
+
+
+SYBILS = 300  # registered ids, far past what a view lists
+
+
+def test_status_and_metrics_stay_bounded_and_read_no_ledger_under_sybils(pair, tmp_path, monkeypatch):
+    """Peer ids are free to mint. With SYBILS registered ids, a status view lists the best
+    MAX_EXPORTED_DRAFTERS and sums the rest, /metrics has series for those and one summed
+    "(others)", and no view reads the ledger on the loop (its credits are mirrored in memory)."""
+    from market.ledger import Ledger
+    from node.target.config import TargetConfig
+    from node.target.http.metrics import OTHERS_LABEL
+    from tests.httputil import metrics
+
+    data_dir = tmp_path / "target"
+    with Ledger(data_dir / target_node.LEDGER_FILE) as ledger:  # a drafter credited in an earlier run
+        ledger.credit("job-earlier", {"12D3KooWHonest": (7, 9)})
+    node = target_node.TargetNode(TargetConfig(data_dir=data_dir), pair)
+    reads: list[str] = []
+    monkeypatch.setattr(Ledger, "_query", lambda self, sql, args=(): reads.append(sql) or [])
+    node.registry.upsert("12D3KooWHonest", [])
+    for i in range(SYBILS):
+        node.registry.upsert(f"12D3KooWSybil{i:04d}", [])
+        node.registry.record_job(f"12D3KooWSybil{i:04d}")
+    view = node.status()
+    shown = target_node.MAX_EXPORTED_DRAFTERS
+    assert view["drafters_total"] == SYBILS + 1 and len(view["drafters"]) == shown
+    assert next(iter(view["drafters"])) == "12D3KooWHonest"  # most credited first, from the mirror
+    assert view["drafters"]["12D3KooWHonest"]["credited_tokens"] == 7
+    assert view["drafters_others"]["drafters"] == SYBILS + 1 - shown
+    assert view["drafters_others"]["jobs"] == SYBILS + 1 - shown  # one job each, summed
+    with serving({"main": build_app(Engine(pair, model_name=MODEL, gamma=4), node.status)}) as urls:
+        health = http_json(f"{urls['main']}/health")
+        dashboard = http_json(f"{urls['main']}/api/dashboard")
+        samples, _, text = metrics(urls["main"])
+    assert health["drafters_total"] == dashboard["drafters_total"] == SYBILS + 1
+    assert samples["specmarket_drafters_known"] == SYBILS + 1
+    peers = {line.split('peer="', 1)[1].split('"', 1)[0] for line in text.splitlines() if 'peer="' in line}
+    assert len(peers) == shown + 1 and OTHERS_LABEL in peers
+    assert f'specmarket_drafter_jobs_total{{peer="{OTHERS_LABEL}"}} {SYBILS + 1 - shown}.0' in text
+    assert reads == [], reads
+    node.close()

@@ -44,12 +44,14 @@ class MarketDrafting:
         policy: Policy,
         ledger: Ledger,
         *,
+        credited: dict[str, int] | None = None,
         deadline_s: float,
         max_drafters: int,
         vocab_size: int,
         wait_budget: float = WAIT_BUDGET_SHARE,
     ) -> None:
         self.host, self.registry, self.policy, self.ledger = host, registry, policy, ledger
+        self.credited = {} if credited is None else credited  # the ledger's lifetime credits, mirrored
         self.deadline_s, self.max_drafters, self.wait_budget = deadline_s, max_drafters, wait_budget
         self.vocab_size = vocab_size
         self.in_jobs: dict[str, int] = {}  # peer -> jobs it is drafting for now
@@ -168,5 +170,6 @@ class MarketDrafting:
                 for s in sessions:
                     nursery.start_soon(s.fs.close)
         credits = {s.peer_id: (s.accepted, s.proposed) for s in sessions if s.proposed}
-        if credits:
-            await trio.to_thread.run_sync(self.ledger.credit, job_id, credits)
+        if credits and await trio.to_thread.run_sync(self.ledger.credit, job_id, credits):  # new: mirror it
+            for peer, (accepted, _) in credits.items():
+                self.credited[peer] = self.credited.get(peer, 0) + accepted

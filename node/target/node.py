@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the chain's stack (web3, eth-account) loads only for a bond
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
+MAX_EXPORTED_DRAFTERS = 32  # /health, the dashboard and /metrics list the best ones; the others are summed
 REQUEST_TIMEOUT_S = 10.0  # a client must send its request this soon after opening the stream
 CLIENT_SEND_TIMEOUT_S = 30.0
 MAX_ERROR_CHARS = 1000  # an error frame says why in a line, not the whole offending frame
@@ -47,6 +48,17 @@ MAX_GENERATE_STREAMS_PER_PEER = 4
 MAX_GENERATE_STREAMS = 256  # all peers together (peer ids are free to mint)
 REFUSE_SEND_TIMEOUT_S = 2.0  # a refused stream hears why this soon, or is closed without it
 MODEL_NAME = "specmarket-target"
+
+
+def summed_counts(rows: list[dict]) -> dict[str, int]:
+    """The counts (int and bool fields) of ``rows`` summed, and how many rows: the drafters a
+    status view does not list one by one."""
+    totals = {"drafters": len(rows)}
+    for row in rows:
+        for key, value in row.items():
+            if type(value) in (int, bool):
+                totals[key] = totals.get(key, 0) + int(value)
+    return totals
 
 
 def ranked_drafters(drafters: dict[str, dict]) -> dict[str, dict]:
@@ -67,6 +79,9 @@ class TargetNode:
             PolicyConfig(min_tokens_to_judge=cfg.judge_after_tokens, latency_budget_ms=cfg.draft_deadline_ms)
         )
         self.ledger = Ledger(Path(cfg.data_dir) / LEDGER_FILE)
+        # each drafter's lifetime credited tokens, read once here (before the trio loop runs) and
+        # kept up to date by the market as it credits jobs: status() never reads SQLite
+        self.credited = {peer: entry.accepted for peer, entry in self.ledger.totals().items()}
         self.engine: Engine | None = None
         self.generate_streams: dict[str, int] = {}  # peer -> its generate streams open now
         self.operator: Operator | None = None  # bonded in run(), once every listener is bound
@@ -74,15 +89,21 @@ class TargetNode:
         self.point: RendezvousPoint | None = None
 
     def status(self) -> dict:
-        """JSON-ready node state for /health and /metrics; drafters best first (``ranked_drafters``)."""
+        """JSON-ready node state for /health, the dashboard and /metrics, from memory alone (the
+        ledger's lifetime credits are mirrored in ``credited``: no SQLite on the trio loop): the
+        MAX_EXPORTED_DRAFTERS best drafters (``ranked_drafters``), how many there are, and the
+        others' counts summed, so a scrape's size and work stay bounded whatever the Sybils."""
         drafters = self.registry.snapshot()  # drafters in the market now
         for peer, row in drafters.items():
-            row["credited_tokens"] = self.ledger.get(peer).accepted  # lifetime, from the ledger
+            row["credited_tokens"] = self.credited.get(peer, 0)  # lifetime
+        ranked = list(ranked_drafters(drafters).items())
         op = self.operator
         return {
             "peer_id": self.addrs[0].rsplit("/", 1)[-1] if self.addrs else None,
             "multiaddrs": self.addrs,
-            "drafters": ranked_drafters(drafters),
+            "drafters": dict(ranked[:MAX_EXPORTED_DRAFTERS]),
+            "drafters_total": len(ranked),
+            "drafters_others": summed_counts([row for _, row in ranked[MAX_EXPORTED_DRAFTERS:]]),
             "rendezvous": None if self.point is None else self.point.stats(),
             "operator": None if op is None else op.describe(),
         }
@@ -178,6 +199,7 @@ class TargetNode:
                 self.registry,
                 self.policy,
                 self.ledger,
+                credited=self.credited,
                 deadline_s=cfg.draft_deadline_ms / 1000,
                 max_drafters=cfg.max_drafters,
                 wait_budget=cfg.wait_budget,

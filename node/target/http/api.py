@@ -188,7 +188,7 @@ class Routes:
         view = self.status()
         extra = {k: v for k, v in view.items() if k not in Health.model_fields}
         if isinstance(drafters := extra.get("drafters"), dict):  # bounded: peer ids are free to mint
-            extra["drafters_total"] = len(drafters)
+            extra.setdefault("drafters_total", len(drafters))
             extra["drafters"] = dict(list(drafters.items())[:MAX_HEALTH_DRAFTERS])
         active = self.engine.counters.snapshot()["active_jobs"]
         status, reason = node_condition(view)

@@ -68,7 +68,7 @@ def dashboard_view(engine: Engine, view: dict[str, Any], started: float) -> dict
         "reason": reason,
         "counters": engine.counters.snapshot(),
         "drafters": rows,
-        "drafters_total": len(drafters),
+        "drafters_total": view.get("drafters_total", len(drafters)),
         "jobs": engine.history.to_json(),
         "operator": view.get("operator"),
     }

@@ -64,6 +64,8 @@ TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 StatusFn = Callable[[], dict[str, Any]]
+MAX_METRIC_DRAFTERS = 32  # peers with series of their own (status() ranks them): 19 series each
+OTHERS_LABEL = "(others)"  # the counters of the drafters past that, summed (never a peer id: not base58)
 
 
 def _is_number(value: Any) -> bool:
@@ -82,8 +84,12 @@ class EngineCollector:
             yield _family(counter)(f"specmarket_{name}", help_text, value=counters.get(key, 0))
         view = self.status()
         drafters = view.get("drafters")
-        drafters = drafters if isinstance(drafters, dict) else {}
-        yield GaugeMetricFamily("specmarket_drafters_known", "Drafter peers the target knows of.", value=len(drafters))
+        drafters = dict(list(drafters.items())[:MAX_METRIC_DRAFTERS]) if isinstance(drafters, dict) else {}
+        known = view.get("drafters_total", len(drafters))
+        yield GaugeMetricFamily("specmarket_drafters_known", "Drafter peers the target knows of.", value=known)
+        others = view.get("drafters_others")
+        if isinstance(others, dict) and others.get("drafters"):  # the peers not listed, as one summed series
+            drafters[OTHERS_LABEL] = {key: others.get(key) for key, _, counter, _, _ in DRAFTER_METRICS if counter}
         yield from _drafter_families(drafters)
         operator = view.get("operator")
         if isinstance(operator, dict):
