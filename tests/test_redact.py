@@ -48,6 +48,7 @@ CLI_TIMEOUT_S = 120
         (f"('http://[::1]:8545/?key={SECRET}', 3)", "('http://[::1]:8545/…', 3)"),
         ("served at http://127.0.0.1:8000 since", "served at http://127.0.0.1:8000 since"),
         ("no address here: 127.0.0.1/v3/x", "no address here: 127.0.0.1/v3/x"),
+        ("only http://127.0.0.1:PORT can be started", "only http://127.0.0.1:PORT can be started"),  # a placeholder
     ],
 )
 def test_redact_keeps_where_and_drops_the_key(text, shown):

@@ -22,20 +22,17 @@ UNPARSABLE = "<a URL>"
 
 
 def shown_url(url: str) -> str:
-    """``url`` as logs and errors show it: scheme, host and port only (``HIDDEN`` where there was
-    more): a hosted endpoint's key is in the part left out."""
+    """``url`` as logs and errors show it: scheme, host and port as written (``HIDDEN`` where there
+    was more: a path, a query, a fragment or a user part, where a hosted endpoint keeps its key)."""
     try:
         parts = urlsplit(url)
-        hostname, port = parts.hostname, parts.port
-    except ValueError:  # a malformed port or IPv6 literal
+    except ValueError:  # an unbalanced IPv6 bracket
         return UNPARSABLE
-    if not parts.scheme or not hostname:
+    where = parts.netloc.rpartition("@")[2]  # host and port, the user part left out
+    if not parts.scheme or not where:
         return UNPARSABLE
-    host = f"[{hostname}]" if ":" in hostname else hostname
-    shown_port = f":{port}" if port else ""
-    secret = parts.path.strip("/") or parts.query or parts.fragment or parts.username or parts.password
-    hidden = HIDDEN if secret else ""
-    return f"{parts.scheme}://{host}{shown_port}{hidden}"
+    secret = parts.path.strip("/") or parts.query or parts.fragment or "@" in parts.netloc
+    return f"{parts.scheme}://{where}{HIDDEN if secret else ''}"
 
 
 def redact(text: str) -> str:
