@@ -32,6 +32,7 @@ import trio
 
 from market.policy import Policy, PolicyConfig
 from market.registry import Registry
+from node.target.engine import Engine, TimedModel
 from node.target.rounds import MarketProposer
 from tests import netutil
 from tests.netutil import complete, http_json, start_drafter, start_target, wait_for_drafters
@@ -199,9 +200,34 @@ def test_a_job_slower_than_plain_by_more_than_the_allowance_stops_drafting_succe
     assert _budget(elapsed_s=0.55, wasted_s=0.3, plain_pass_s=0.005) is True  # wasted, and slower
 
 
-def test_without_a_measured_plain_pass_only_wasted_waiting_probes_succeeds():
-    assert _budget(elapsed_s=5.0, wasted_s=0.0, plain_pass_s=None) is False  # honest rounds stay drafted
-    assert _budget(elapsed_s=5.0, wasted_s=1.0, plain_pass_s=None) is None  # one round alone, to measure
+def test_without_any_plain_pass_known_a_round_alone_measures_one_succeeds():
+    """Not only after wasted waiting: a job whose drafts all pay may still be slower than plain
+    decoding (drafts paced just before each deadline), and only a plain pass tells."""
+    assert _budget(elapsed_s=5.0, wasted_s=0.0, plain_pass_s=None) is None  # one round alone, to measure
+    assert _budget(elapsed_s=5.0, wasted_s=1.0, plain_pass_s=None) is None
+
+
+def test_a_job_whose_drafts_all_pay_is_still_judged_against_plain_decoding_succeeds(pair):
+    """The oracle-paced drafter: correct drafts (it drafts with the target's own model), each
+    answered late enough that the job runs slower than plain decoding. No round is wasted and
+    none is decoded alone, so the job measures no plain pass of its own; the budget used to wait
+    for one forever (about 0.55x plain decoding with one-token drafts). The engine measures a plain
+    step when it starts, and every job's timed target carries it until it measures its own."""
+    engine = Engine(pair, model_name="t", gamma=4)
+    assert engine.plain_pass_s > 0
+    passes = TimedModel(pair.target.fork(), engine.plain_pass_s)
+    passes.extend([1, 2, 3, 4, 5, 6])  # the prefill
+    passes.extend([7, 8, 9, 10, 11])  # a verification pass: every round had a draft
+    assert passes.measured_plain_pass_s() is None and passes.plain_pass_s() == engine.plain_pass_s
+    proposer = _proposer(plain_pass_s=None)
+    proposer.watch_passes(passes)
+    proposer.rounds, proposer.wasted_s = 20, 0.0  # 20 rounds, all paid for by accepted drafts
+    plain_s = proposer._plain_seconds(100)
+    now = time.perf_counter()
+    proposer.started = now - (2 * plain_s + DEADLINE_MS / 1000)  # twice plain decoding's time, and more
+    assert proposer._over_budget(now, 100) is True
+    passes.extend([12])  # a round decoded alone: the job's own measurement takes over
+    assert passes.plain_pass_s() == passes.measured_plain_pass_s() == passes.pass_seconds[-1]
 
 
 def test_plain_estimate_counts_the_whole_output_of_a_job_the_budget_stopped_succeeds():

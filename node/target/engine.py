@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 32_768
+PLAIN_PASS_PROBES = 3  # one-position passes timed when an engine starts: plain decoding's first estimate
 DRAWN_SEED_BOUND = 1 << 53  # seeds the server draws stay exact in JSON/JavaScript numbers, so they can be replayed
 REPLACEMENT_CHAR = "\ufffd"  # what a partial UTF-8 sequence decodes to; held back until completed
 
@@ -191,15 +192,30 @@ class ChunkClock:
         self.last = now
 
 
+def measure_plain_pass(model) -> float:
+    """The median of PLAIN_PASS_PROBES one-position passes on a fresh cache: what a plain decoding
+    step costs, before any job has measured one (token 0 is in every vocabulary)."""
+    cache = model.fork()
+    cache.extend([0])
+    seconds = []
+    for _ in range(PLAIN_PASS_PROBES):
+        started = time.perf_counter()
+        cache.extend([0])
+        seconds.append(time.perf_counter() - started)
+    return sorted(seconds)[len(seconds) // 2]
+
+
 class TimedModel:
     """The job's target cache (a ``LanguageModel``) that times its forward passes: the first pass
-    also prefills the prompt, every later one is a verification pass (or a plain decoding step)."""
+    also prefills the prompt, every later one is a verification pass (or a plain decoding step).
+    ``prior_plain_pass_s``: the plain step's cost as known before this job measures its own."""
 
-    def __init__(self, model: LanguageModel) -> None:
+    def __init__(self, model: LanguageModel, prior_plain_pass_s: float | None = None) -> None:
         self.model = model
         self.vocab_size = model.vocab_size
         self.pass_seconds: list[float] = []
         self.pass_widths: list[int] = []  # positions scored by each pass (the first also prefills)
+        self.prior_plain_pass_s = prior_plain_pass_s
 
     def cached(self) -> Sequence[int]:
         return self.model.cached()
@@ -212,10 +228,16 @@ class TimedModel:
             self.pass_seconds.append(time.perf_counter() - started)
             self.pass_widths.append(len(tokens))
 
-    def plain_pass_s(self) -> float | None:
+    def measured_plain_pass_s(self) -> float | None:
         """The median one-position pass after the prefill (a plain decoding step), None before one."""
         single = sorted(s for s, w in zip(self.pass_seconds[1:], self.pass_widths[1:], strict=True) if w == 1)
         return single[len(single) // 2] if single else None
+
+    def plain_pass_s(self) -> float | None:
+        """A plain decoding step's cost: this job's own measurement, else the prior. A job whose
+        every round had a draft never measures one, and the wait budget must still judge it (a
+        drafter pacing correct drafts just before each deadline wastes no round, yet is slower)."""
+        return self.measured_plain_pass_s() or self.prior_plain_pass_s
 
     def rollback(self, n: int) -> None:
         self.model.rollback(n)
@@ -274,6 +296,8 @@ class Engine:
         self.counters = EngineCounters()
         self.history = JobHistory()
         self.observers: list[JobObserver] = []  # e.g. the HTTP API's latency histograms
+        # plain decoding's step, measured now and then by every job that measures one of its own
+        self.plain_pass_s = measure_plain_pass(pair.target)
 
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
         if self.drafting is None:
@@ -282,7 +306,7 @@ class Engine:
 
     def _decode(self, proposer: Proposer | None, job: JobSpec, on_token, timer: list[TimedModel]) -> DecodeResult:
         spec = job.request
-        target = TimedModel(self.pair.target.fork())  # shared weights, this job's own KV cache
+        target = TimedModel(self.pair.target.fork(), self.plain_pass_s)  # shared weights, own KV cache
         if self.cheat is Cheat.DRAFT_MODEL:  # the cheap model answers, the receipt will claim the target
             target, proposer = TimedModel(self.pair.draft.fork()), None
         timer.append(target)
@@ -303,6 +327,7 @@ class Engine:
             stop_token=job.stop_token,
             on_token=on_token,
         )
+        self.plain_pass_s = target.measured_plain_pass_s() or self.plain_pass_s  # the freshest measurement
         if self.cheat is Cheat.FLIP_TOKEN:
             flipped = flip_tokens(result.tokens, 0, spec.max_tokens // 2, self.pair.target.vocab_size)
             result = DecodeResult(flipped, result.stats)

@@ -274,11 +274,11 @@ class MarketProposer:
         bought (accepted drafts that paid for less than their waiting, on a loaded machine).
 
         Plain decoding's time for the k tokens emitted so far is the prefill plus k one-position
-        passes, measured on this job's own target (None: no such pass yet, so after wasted waiting
-        this round is decoded alone to measure one, which never costs more than plain decoding;
-        the second test needs no probe: it waits for a pass that an empty round measured anyway).
-        A drafter that answers every round with nothing, just before the deadline, then costs about
-        one deadline and this share."""
+        passes: this job's own measured pass, else the engine's latest measurement (``TimedModel``).
+        Without either, this round is decoded alone to measure one (never costlier than plain
+        decoding). So a drafter that answers every round with nothing just before the deadline, or
+        one that paces correct drafts there (never wasteful, yet slower than plain decoding: no
+        round alone ever measured a plain pass), costs about one deadline and this share."""
         if not self.wait_budget or self.rounds < MIN_BUDGET_ROUNDS or self.passes is None:
             return False
         elapsed = now - self.started
@@ -286,7 +286,7 @@ class MarketProposer:
         wasteful = self.wasted_s > allowance
         plain_s = self._plain_seconds(k)
         if plain_s is None:
-            return None if wasteful else False  # probe: one round alone
+            return None  # probe: one round alone measures a plain pass
         if elapsed <= plain_s or not (wasteful or elapsed - plain_s > allowance):
             return False
         self.stopped_at = self.rounds
