@@ -35,6 +35,7 @@ from web3 import HTTPProvider
 import node.chain.client as client_module
 from node.chain.client import BondClient, connect
 from node.chain.deployment import DEV_REFEREES, BondConfig, dev_key
+from node.chain.events import REORG_DEPTH
 from node.chain.receipts import SECP256K1_N, Disputed, RequestSpec, sign_verdict
 from node.chain.referee import Referee, backoff_delay
 from node.model.loading import TINY_TARGET, model_hash
@@ -195,7 +196,7 @@ def test_referee_reads_from_its_block_cursor_and_remembers_open_challenges_succe
         assert cid in [int(e["id"]) for e in restarted.open_challenges()]
     finally:
         chain.client.events = events
-    assert scanned == [latest + 1]  # new events only: not from block 0
+    assert scanned == [max(0, latest + 1 - REORG_DEPTH)]  # new blocks and the reorg window: not from block 0
 
 
 def test_referee_backs_off_quietly_while_its_chain_is_unreachable_and_judges_again_after_succeeds(

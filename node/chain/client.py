@@ -248,10 +248,18 @@ class BondClient:
     def events(
         self, name: str, from_block: int = 0, to_block: int | str = "latest", **filters: Any
     ) -> list[dict[str, Any]]:
-        """Decoded ``name`` events of this contract: each its args plus block and tx hash."""
+        """Decoded ``name`` events of this contract: each its args plus block (number and hash) and tx hash."""
         event = getattr(self.contract.events, name)
         logs = event.get_logs(from_block=from_block, to_block=to_block, argument_filters=filters or None)
-        return [{**dict(e["args"]), "block": e["blockNumber"], "tx": e["transactionHash"].to_0x_hex()} for e in logs]
+        return [
+            {
+                **dict(e["args"]),
+                "block": e["blockNumber"],
+                "block_hash": e["blockHash"].to_0x_hex(),
+                "tx": e["transactionHash"].to_0x_hex(),
+            }
+            for e in logs
+        ]
 
     def decode_events(self, tx: TxResult, name: str) -> list[dict[str, Any]]:
         event = getattr(self.contract.events, name)

@@ -12,7 +12,9 @@ another model, a context that does not fit) is logged once and skipped, a challe
 window has closed is skipped (its challenger can refund it), and a revert is logged and the round
 goes on. Challenges are handled earliest deadline first. New events are read from a block cursor,
 kept with the ids still open in ``<pool>/<chain>-<contract>/cursor-<address>.json``, so a restart
-neither rescans the chain from block 0 nor forgets an open challenge.
+neither rescans the chain from block 0 nor forgets an open challenge. Each scan reads the last
+REORG_DEPTH blocks again (node.chain.events): a challenge whose block a reorganisation replaced is
+read anew, so its id never stands for a challenge the chain no longer holds.
 
 A chain that stops answering never floods the log: the watch loop waits longer after each failed
 round (from its poll interval up to ``BACKOFF_MAX_S``), logs one short line when the chain goes
@@ -36,6 +38,7 @@ from node.chain import ChainError
 from node.chain.audit import Judgement, judge_step
 from node.chain.client import BondClient, ChainRevert, ChallengeStatus, shown_rpc
 from node.chain.config import DEFAULT_POLL_S
+from node.chain.events import REORG_DEPTH
 from node.chain.receipts import MICROS, Disputed, ReceiptError, check_canonical, sign_verdict, verdict_signable
 from node.model.adapter import HFCausalLM
 from node.runtime.redact import redact
@@ -145,14 +148,20 @@ class Referee:
         self._resolve_timeout = int(client.call("resolveTimeout"))  # immutable
 
     def _scan(self, latest: int) -> None:
-        """Add the ChallengeOpened events up to ``latest`` that are not known yet."""
+        """Add the ChallengeOpened events up to ``latest``, reorg-safe (node.chain.events): the
+        REORG_DEPTH blocks before the cursor are read again, and a pending challenge whose block
+        was replaced is dropped for what the new blocks hold (its id may now name another one)."""
         if not self._pending and self.cursor.pending:  # after a restart: fetch what was still open
             for cid, block in self.cursor.pending.items():
                 for event in self.client.events("ChallengeOpened", from_block=block, to_block=latest, id=cid):
                     self._pending[int(event["id"])] = event
-        if self.cursor.next_block <= latest:  # else no block since the last scan
-            for event in self.client.events("ChallengeOpened", from_block=self.cursor.next_block, to_block=latest):
-                self._pending[int(event["id"])] = event
+        start = max(0, min(self.cursor.next_block, latest + 1) - REORG_DEPTH)
+        fresh = {int(e["id"]): e for e in self.client.events("ChallengeOpened", from_block=start, to_block=latest)}
+        for cid, event in list(self._pending.items()):
+            if int(event["block"]) >= start and fresh.get(cid, {}).get("block_hash") != event.get("block_hash"):
+                log.info("challenge %d: its block was replaced (a reorganisation); reading it anew", cid)
+                del self._pending[cid]
+        self._pending.update(fresh)  # closed ones among them leave again in open_challenges
 
     def open_challenges(self) -> list[dict]:
         """Open challenges whose resolve window is still open, earliest deadline first."""

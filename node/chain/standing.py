@@ -23,6 +23,7 @@ from web3.exceptions import Web3Exception
 from node.chain import ChainError
 from node.chain.challenges import ChallengeRow, newest, rows_of
 from node.chain.client import BondClient
+from node.chain.events import EventWindow
 from node.runtime.redact import describe
 from verifier.errors import Unavailable
 
@@ -80,10 +81,9 @@ class StandingWatch:
 
     def __init__(self, client: BondClient, address: str, model_hash: bytes, poll_s: float = STANDING_POLL_S) -> None:
         self.client, self.address, self.model_hash, self.poll_s = client, address, model_hash, poll_s
-        self._from_block = int(client.w3.eth.block_number) + 1  # slashes before this start were seen at bonding
-        self._slashed = ""
-        self._challenge_ids: set[int] = set()
-        self._challenges_from = 0  # all of them, from the chain's start
+        since = int(client.w3.eth.block_number) + 1  # slashes before this start were seen at bonding
+        self._slashes = EventWindow(client, "OperatorSlashed", since, operator=address)
+        self._challenges = EventWindow(client, "ChallengeOpened", 0, operator=address)  # all, from the start
         self._resolve_timeout = int(client.call("resolveTimeout"))  # immutable: read once, not every look
         self._standing: Standing | None = None  # None until the first look, just below
         self.check()
@@ -110,15 +110,11 @@ class StandingWatch:
 
     def _look(self) -> Standing:
         latest = int(self.client.w3.eth.block_number)
-        if self._from_block <= latest:  # else no block since the last look
-            slashes = self.client.events("OperatorSlashed", self._from_block, latest, operator=self.address)
-            for event in slashes:
-                self._slashed = f"slashed {event['amount']} wei in block {event['block']}"
-            self._from_block = latest + 1
+        slashes = self._slashes.scan(latest)  # reorg-safe: a slash in a replaced block is gone, a new one seen
         info = self.client.operator_info(self.address)
         pending_ts = int(self.client.w3.eth.get_block("pending")["timestamp"])
         offset = pending_ts - time.time()
-        reason = self._slashed
+        reason = f"slashed {slashes[-1]['amount']} wei in block {slashes[-1]['block']}" if slashes else ""
         if not info.registered:
             reason = reason or "not registered with the bond contract"
         elif info.unbond_at:
@@ -139,12 +135,8 @@ class StandingWatch:
         )
 
     def _challenged(self, latest: int) -> list[int]:
-        """Ids of every challenge against this operator, oldest first (new events read since the last look)."""
-        if self._challenges_from <= latest:
-            events = self.client.events("ChallengeOpened", self._challenges_from, latest, operator=self.address)
-            self._challenge_ids.update(int(e["id"]) for e in events)
-            self._challenges_from = latest + 1
-        return sorted(self._challenge_ids)
+        """Ids of every challenge against this operator, oldest first (reorg-safe: ``EventWindow``)."""
+        return sorted({int(e["id"]) for e in self._challenges.scan(latest)})
 
     def _notice(self) -> str:
         pending = self.client.pending_referee_set()
