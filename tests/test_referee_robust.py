@@ -249,3 +249,15 @@ def test_referee_reads_the_immutable_resolve_timeout_once_across_its_polls_succe
     for _ in range(3):  # polls: each computes the open challenge's deadline
         assert cid in [int(e["id"]) for e in referee.open_challenges()]
     assert calls["resolveTimeout"] == 1
+
+
+def test_the_verdict_cache_keeps_the_open_challenges_alone_succeeds(chain, pair, committed, tmp_path):
+    """A flood of challenges over time cannot grow a referee's memory: a verdict leaves the cache
+    with its challenge (judging is one prefill and one pass; each open challenge locks a bond)."""
+    _, own_operator = new_operator(chain, tmp_path / "operator", committed)
+    quorum = _referees(chain, pair, committed, tmp_path / "pool")
+    opened = {wrong_answer_challenge(chain, own_operator, committed, pair, seed=seed) for seed in (21, 22, 23)}
+    resolved = {o.challenge_id for o in quorum.run_once() if o.resolved}
+    assert opened <= resolved
+    quorum.open_challenges()
+    assert all(key.challenge_id not in opened for key in quorum._verdicts), quorum._verdicts

@@ -144,7 +144,9 @@ class Referee:
         self.cursor = Cursor(self.pool.dir / f"cursor-{min(self._keys).lower()}.json")
         self._pending: dict[int, dict] = {}  # open challenge id -> its ChallengeOpened event
         self._epochs: dict[int, int] = {}  # open challenge id -> the referee epoch it snapshotted
-        self._verdicts: dict[Disputed, Judgement | None] = {}  # our verdicts (None: cannot judge)
+        # our verdicts on the open challenges (None: cannot judge); closed ones leave with them, so
+        # however many challenges a flood opens over time, this holds the open ones alone
+        self._verdicts: dict[Disputed, Judgement | None] = {}
         self._resolve_timeout = int(client.call("resolveTimeout"))  # immutable
 
     def _scan(self, latest: int) -> None:
@@ -181,6 +183,8 @@ class Referee:
             else:
                 live.append((deadline, cid, event))
         self.cursor.save(latest + 1, {cid: int(event["block"]) for cid, event in self._pending.items()})
+        open_now = {Disputed.from_event(event) for event in self._pending.values()}
+        self._verdicts = {key: verdict for key, verdict in self._verdicts.items() if key in open_now}
         return [event for _, _, event in sorted(live, key=lambda item: item[:2])]
 
     def _judge(self, event: dict) -> Judgement | None:
