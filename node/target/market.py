@@ -45,6 +45,7 @@ class MarketDrafting:
         ledger: Ledger,
         *,
         credited: dict[str, int] | None = None,
+        background: trio.Nursery | None = None,
         deadline_s: float,
         max_drafters: int,
         vocab_size: int,
@@ -52,6 +53,7 @@ class MarketDrafting:
     ) -> None:
         self.host, self.registry, self.policy, self.ledger = host, registry, policy, ledger
         self.credited = {} if credited is None else credited  # the ledger's lifetime credits, mirrored
+        self.background = background  # where a job's draft streams are closed (None: before the job ends)
         self.deadline_s, self.max_drafters, self.wait_budget = deadline_s, max_drafters, wait_budget
         self.vocab_size = vocab_size
         self.in_jobs: dict[str, int] = {}  # peer -> jobs it is drafting for now
@@ -86,7 +88,7 @@ class MarketDrafting:
             return False
         return any(not conn.is_closed for conn in conns)
 
-    async def _open(self, peer: str, gamma: int, opened: list[RemoteSession]) -> None:
+    async def _open(self, peer: str, gamma: int) -> RemoteSession | None:
         try:
             with trio.fail_after(OPEN_TIMEOUT_S):
                 stream = await self.host.new_stream(ID.from_base58(peer), [DRAFT_PROTOCOL_ID])
@@ -94,16 +96,25 @@ class MarketDrafting:
             log.info("cannot open a draft stream to %s: %s", peer, str(exc) or type(exc).__name__)
             self.registry.record_error(peer, f"stream open failed: {type(exc).__name__}")
             self.policy.update(self.registry, peer)
-            return
-        fs = FrameStream(stream, vocab_size=self.vocab_size, allowed=TO_TARGET, max_gamma=gamma)
-        opened.append(RemoteSession(peer, fs))
+            return None
+        return RemoteSession(peer, FrameStream(stream, vocab_size=self.vocab_size, allowed=TO_TARGET, max_gamma=gamma))
 
-    async def _open_all(self, peers: list[str], gamma: int) -> list[RemoteSession]:
-        opened: list[RemoteSession] = []
-        async with trio.open_nursery() as nursery:
-            for peer in peers:
-                nursery.start_soon(self._open, peer, gamma, opened)
-        return opened
+    async def _join(self, peer: str, gamma: int, proposer: MarketProposer) -> None:
+        """Open the peer's draft stream while the job runs, then read its drafts. The job never
+        waits for an open: a round waits for streams still opening only until its own deadline,
+        and a stream that opens later drafts from the next round."""
+        session = None
+        try:
+            session = await self._open(peer, gamma)
+            if session is not None:
+                self.registry.record_job(peer)
+                self.in_jobs[peer] = self.in_jobs.get(peer, 0) + 1
+                proposer.join(session)  # joined before it stops counting as opening: no round misses it
+        finally:
+            proposer.opening -= 1
+            proposer.round.changed.set()
+        if session is not None:
+            await proposer.read_drafts(session)
 
     def _select(self) -> list[str]:
         """The policy's choice, without the drafters that refused a session lately (full) or have
@@ -125,15 +136,11 @@ class MarketDrafting:
     @asynccontextmanager
     async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator:
         peers = self._select()
-        sessions = await self._open_all(peers, gamma) if peers else []
-        if not sessions:
+        if not peers:
             yield None
             return
-        for s in sessions:
-            self.registry.record_job(s.peer_id)
-            self.in_jobs[s.peer_id] = self.in_jobs.get(s.peer_id, 0) + 1
         proposer = MarketProposer(
-            sessions,
+            [],  # the sessions join as their streams open (_join)
             job=job_id,
             params=params,
             seed=seed,
@@ -143,18 +150,19 @@ class MarketDrafting:
             registry=self.registry,
             policy=self.policy,
         )
-        log.info("job %s: drafting with %s", job_id, ", ".join(s.peer_id for s in sessions))
+        proposer.opening = len(peers)
+        log.info("job %s: drafting with %s", job_id, ", ".join(peers))
         try:
             async with trio.open_nursery() as nursery:
-                for s in sessions:
-                    nursery.start_soon(proposer.read_drafts, s)
+                for peer in peers:
+                    nursery.start_soon(self._join, peer, gamma, proposer)
                 try:
                     yield proposer
                 finally:
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await self._close(job_id, sessions)
+                await self._close(job_id, proposer.sessions)
 
     async def _close(self, job_id: str, sessions: list[RemoteSession]) -> None:
         for s in sessions:
@@ -165,11 +173,19 @@ class MarketDrafting:
                 if s.peer_id in self.gone:
                     self.gone.discard(s.peer_id)
                     self.on_gone(s.peer_id)
-        with trio.move_on_after(CLOSE_TIMEOUT_S):
-            async with trio.open_nursery() as nursery:
-                for s in sessions:
-                    nursery.start_soon(s.fs.close)
+        if self.background is not None:  # the job's answer never waits for its streams to close
+            self.background.start_soon(_close_streams, sessions)
+        else:
+            await _close_streams(sessions)
         credits = {s.peer_id: (s.accepted, s.proposed) for s in sessions if s.proposed}
         if credits and await trio.to_thread.run_sync(self.ledger.credit, job_id, credits):  # new: mirror it
             for peer, (accepted, _) in credits.items():
                 self.credited[peer] = self.credited.get(peer, 0) + accepted
+
+
+async def _close_streams(sessions: list[RemoteSession]) -> None:
+    """Close a finished job's draft streams, all at once, within CLOSE_TIMEOUT_S."""
+    with trio.move_on_after(CLOSE_TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            for s in sessions:
+                nursery.start_soon(s.fs.close)

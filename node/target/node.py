@@ -200,6 +200,7 @@ class TargetNode:
                 self.policy,
                 self.ledger,
                 credited=self.credited,
+                background=nursery,
                 deadline_s=cfg.draft_deadline_ms / 1000,
                 max_drafters=cfg.max_drafters,
                 wait_budget=cfg.wait_budget,

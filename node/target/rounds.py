@@ -123,13 +123,19 @@ class MarketProposer:
         self.prompt_len: int | None = None  # learned in the first round: the job's output follows it
         self.emitted = 0  # the job's output tokens, counted when it finishes (finish)
         self.drafts = DraftTiming()  # round trips, the drafters' reported time, early hits and stale ones
+        self.opening = 0  # sessions whose stream is still opening: they join when it opens (join)
 
     # -- called from the worker thread ------------------------------------------------------
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int):
-        if self.stopped_at is not None:  # the wait budget stopped drafting: no hop into the loop
-            self.rounds, self.empty_rounds = self.rounds + 1, self.empty_rounds + 1
+        if self.stopped_at is not None or not (self.opening or self.live()):  # the budget stopped it, or
+            self.rounds, self.empty_rounds = self.rounds + 1, self.empty_rounds + 1  # no drafter: no hop
             return EMPTY
         return trio.from_thread.run(self._round, list(context), start, gamma)
+
+    def join(self, session: RemoteSession) -> None:
+        """A session whose stream opened while the job ran: it drafts from the next round it is sent."""
+        self.sessions.append(session)
+        self.round.changed.set()
 
     # -- trio side ----------------------------------------------------------------------------
     def _by_peer(self) -> dict[str, RemoteSession]:
@@ -148,13 +154,19 @@ class MarketProposer:
             self.empty_rounds += 1
             return EMPTY
         self.round = RoundState(k=k, context=context, gamma=gamma)
+        ends = trio.current_time() + self.deadline_s  # streams still opening, the sends, the drafts: one deadline
+        await self._wait_until(lambda: not self.opening, ends)
         self._promote_early(k, context)
         live = self.live()
-        async with trio.open_nursery() as nursery:
-            for session in live:
-                nursery.start_soon(self._send_update, session, context, k)
+        with trio.move_on_at(ends):
+            async with trio.open_nursery() as nursery:
+                for session in live:
+                    nursery.start_soon(self._send_update, session, context, k)
+        for session in live:
+            if session.alive and session.synced < len(context):  # a drafter that does not read
+                self._fail(session, "the context was not sent within the round's deadline")
         ranked = self.policy.rank(self.registry, [s.peer_id for s in self.live()], explore=False)
-        deadline_passed = await self._wait_for_drafts(ranked)
+        deadline_passed = await self._wait_for_drafts(ranked, ends)
         proposal = self._choose(ranked, gamma, deadline_passed)
         self.last_wait_s = time.perf_counter() - started
         self.wait_s += self.last_wait_s
@@ -180,17 +192,23 @@ class MarketProposer:
     def _params(self) -> tuple[float, int, float]:
         return self.params.temperature, self.params.top_k, self.params.top_p
 
-    async def _wait_for_drafts(self, ranked: list[str]) -> bool:
-        """Until the best-ranked live drafter has answered, all have, or the deadline passes (True)."""
-        by_peer = self._by_peer()
-        with trio.move_on_after(self.deadline_s) as scope:
-            while True:
-                live = [by_peer[p] for p in ranked if by_peer[p].alive]
-                if not live or live[0].pending is not None or all(s.pending for s in live):
-                    return False
+    async def _wait_until(self, done, ends: float) -> bool:
+        """Until ``done()`` holds (False) or the round's deadline ``ends`` passes (True)."""
+        with trio.move_on_at(ends) as scope:
+            while not done():
                 self.round.changed = trio.Event()
                 await self.round.changed.wait()
         return scope.cancelled_caught
+
+    async def _wait_for_drafts(self, ranked: list[str], ends: float) -> bool:
+        """Until the best-ranked live drafter has answered, all have, or the deadline passes (True)."""
+        by_peer = self._by_peer()
+
+        def answered() -> bool:
+            live = [by_peer[p] for p in ranked if by_peer[p].alive]
+            return not live or live[0].pending is not None or all(s.pending for s in live)
+
+        return await self._wait_until(answered, ends)
 
     def _choose(self, ranked: list[str], gamma: int, deadline_passed: bool) -> Proposal:
         """Close the round: a drafter that has not answered missed the deadline, or, when the round

@@ -1,0 +1,42 @@
+"""A drafter that hangs costs a job at most one draft deadline, its stream's opening included.
+
+The drafter process is frozen (SIGSTOP) after it registered: its connection stays up (the kernel
+still acknowledges), but nothing answers on it, so opening a draft stream to it stalls until the
+target's OPEN_TIMEOUT_S. A job used to open every stream before it started, and waited that long;
+now the streams open while the job runs, and a round waits for one still opening only until its
+own deadline. Against a real target process and a real drafter process on loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from netutil import complete, start_drafter, start_target, wait_for_drafters
+
+from node.target.market import OPEN_TIMEOUT_S
+
+DEADLINE_MS = 60
+MAX_TOKENS = 4  # a short answer: tens of milliseconds of decoding
+PROMPT = "def parse_args(argv):\n"
+
+
+def test_a_frozen_drafter_costs_a_job_at_most_a_deadline_succeeds(tmp_path):
+    target = start_target(tmp_path, "--draft-deadline-ms", str(DEADLINE_MS), "--max-drafters", "1")
+    drafter = start_drafter(tmp_path, target.lines["multiaddr"][0], "honest", "frozen")
+    try:
+        http = target.lines["http"][0]
+        wait_for_drafters(http, 1)
+        os.kill(drafter.proc.pid, signal.SIGSTOP)
+        started = time.perf_counter()
+        answer = complete(http, PROMPT, seed=1, max_tokens=MAX_TOKENS)["specmarket"]
+        latency = time.perf_counter() - started
+    finally:
+        os.kill(drafter.proc.pid, signal.SIGKILL)
+        drafter.proc.wait()
+        target.stop()
+    stats = answer["stats"]
+    assert latency < OPEN_TIMEOUT_S, f"the job took {latency:.3f} s: it waited for the stream to open"
+    assert len(answer["tokens"]) == MAX_TOKENS and stats["draft_tokens_proposed"] == 0, stats
+    assert stats["draft_wait_ms_max"] <= DEADLINE_MS + 20, stats  # one round waited for the opening, no more
