@@ -8,9 +8,12 @@ Screenshots go to tests/artifacts/ (ignored by git) and, when SPECMARKET_SCREENS
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import math
 import os
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -193,6 +196,20 @@ def garbage_benched(net: Net) -> bool:
 
 
 # ---- the routes ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def static_site(folder: Path) -> Iterator[str]:
+    """``folder`` served over HTTP on loopback (as a report folder would be); its base URL."""
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def fetch(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
@@ -414,14 +431,23 @@ def test_simulator_takes_measurements_embedded_by_url_and_from_a_file(browser, n
     assert console_errors(driver) == []
 
     bench = {"temperature": 0.8, "bound": {"alpha": 0.61, "c": 0.08, "v": 1.15, "bound": 1.7}}
-    data_url = "data:application/json," + urllib.parse.quote(json.dumps(bench))
-    driver.get(f"{net.http}/simulator?measured={urllib.parse.quote(data_url, safe='')}")  # (b) ?measured=<url>
-    wait_for(driver, lambda d: css(d, '#measured-status[data-state="loaded"]'), "the measurement from the URL")
-    assert driver.execute_script("const p = SpecSimulator.params; return [p.alpha, p.cost, p.verify]") == [
-        0.61,
-        0.08,
-        1.15,
-    ]
+    served = tmp_path / "served"  # (b) ?measured=<a path on the same site>: a report folder served
+    write_simulator(served)
+    (served / "bench.json").write_text(json.dumps(bench))
+    with static_site(served) as site:
+        driver.get(f"{site}/simulator.html?measured=bench.json")
+        wait_for(driver, lambda d: css(d, '#measured-status[data-state="loaded"]'), "the measurement from the URL")
+        assert driver.execute_script("const p = SpecSimulator.params; return [p.alpha, p.cost, p.verify]") == [
+            0.61,
+            0.08,
+            1.15,
+        ]
+        data_url = "data:application/json," + urllib.parse.quote(json.dumps(bench))
+        for elsewhere in (data_url, f"{site}/bench.json"):  # another origin than the node's: refused unfetched
+            driver.get(f"{net.http}/simulator?measured={urllib.parse.quote(elsewhere, safe='')}")
+            wait_for(driver, lambda d: css(d, '#measured-status[data-state="error"]'), "the refusal")
+            assert "only a path on this site" in css(driver, "#measured-status")[0].text
+            assert driver.execute_script("return SpecSimulator.measured()") is None
 
     picked = tmp_path / "bench.json"  # (c) the file picker
     picked.write_text(json.dumps({"bound": {"alpha": 0.42, "c": 0.2, "v": 1.0}}))

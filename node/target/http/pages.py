@@ -40,8 +40,8 @@ _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "base-uri 'self'; form-action 'none'; frame-ancestors 'none'; connect-src "
 )
-# the simulator may load a measurement from any ?measured=<url> (it only reads numbers from it)
-CSP = {"dashboard.html": _CSP + "'self'", "simulator.html": _CSP + "'self' http: https: data:"}
+# the simulator loads ?measured=<path> from this site alone; the dashboard polls its own API
+CSP = {"dashboard.html": _CSP + "'self'", "simulator.html": _CSP + "'self'"}
 HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 # write_simulator: what it replaces in simulator.html

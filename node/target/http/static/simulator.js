@@ -439,13 +439,18 @@
       setStatus("not a URL: " + param, "error");
       return;
     }
+    // a path on this site only: the page never fetches from elsewhere (its CSP allows 'self' alone)
+    if (url.origin !== window.location.origin) {
+      setStatus("only a path on this site can be loaded, not " + url.href.slice(0, 80), "error");
+      return;
+    }
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), FETCH_TIMEOUT_MS);
     setStatus("loading " + url.href + " …", "loading");
     try {
       const resp = await fetch(url.href, { signal: abort.signal, cache: "no-store" });
       if (!resp.ok) throw new Error("HTTP " + resp.status);
-      applyMeasurement(await resp.json(), url.protocol === "data:" ? "the given data URL" : url.href);
+      applyMeasurement(await resp.json(), url.pathname);
     } catch (err) {
       setStatus("cannot load " + url.href + ": " + err.message, "error");
       console.warn("simulator: cannot load the measurement", err);
