@@ -14,6 +14,7 @@ EXPORTS = {
     "node.target.http.api": ("build_app", "serve_http"),
     "node.target.market": ("MarketDrafting",),
     "node.target.node": ("TargetNode",),
-    "node.target.rounds": ("MarketProposer", "RemoteSession"),
+    "node.target.rounds": ("MarketProposer",),
+    "node.target.sessions": ("RemoteSession",),
 }
 __getattr__, __all__ = lazy_exports(__name__, EXPORTS)

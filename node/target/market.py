@@ -22,7 +22,8 @@ from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
 from node.target.config import WAIT_BUDGET_SHARE
-from node.target.rounds import MarketProposer, RemoteSession
+from node.target.rounds import MarketProposer
+from node.target.sessions import RemoteSession
 from p2p.discovery import Registration
 from p2p.framing import FrameStream
 from p2p.messages import DRAFT_PROTOCOL_ID, TO_TARGET
