@@ -1,4 +1,5 @@
-"""A drafter that hangs costs a job at most one draft deadline, its stream's opening included.
+"""A drafter that hangs costs a job at most one draft deadline, its stream's opening and the
+round's sends included.
 
 The drafter process is frozen (SIGSTOP) after it registered: its connection stays up (the kernel
 still acknowledges), but nothing answers on it, so opening a draft stream to it stalls until the
@@ -13,9 +14,16 @@ import os
 import signal
 import time
 
+import trio
 from netutil import complete, start_drafter, start_target, wait_for_drafters
 
+from market.policy import Policy
+from market.registry import Registry
 from node.target.market import OPEN_TIMEOUT_S
+from node.target.rounds import SEND_TIMEOUT_S, MarketProposer
+from node.target.sessions import RemoteSession
+from p2p.framing import StreamFailed
+from verifier.params import SamplingParams
 
 DEADLINE_MS = 60
 MAX_TOKENS = 4  # a short answer: tens of milliseconds of decoding
@@ -40,3 +48,34 @@ def test_a_frozen_drafter_costs_a_job_at_most_a_deadline_succeeds(tmp_path):
     assert latency < OPEN_TIMEOUT_S, f"the job took {latency:.3f} s: it waited for the stream to open"
     assert len(answer["tokens"]) == MAX_TOKENS and stats["draft_tokens_proposed"] == 0, stats
     assert stats["draft_wait_ms_max"] <= DEADLINE_MS + 20, stats  # one round waited for the opening, no more
+
+
+class UnreadStream:
+    """A draft stream whose drafter never reads: each send waits for window space that never comes
+    (on loopback a kernel buffer would take a long job to fill, so the stall is played here)."""
+
+    async def send(self, message, timeout_s: float) -> None:
+        try:
+            with trio.fail_after(timeout_s):
+                await trio.sleep_forever()
+        except trio.TooSlowError:
+            raise StreamFailed(f"no window for {timeout_s:g} s") from None
+
+    async def receive(self, timeout_s: float):
+        await trio.sleep_forever()
+
+
+def test_a_drafter_that_never_reads_costs_a_round_at_most_its_deadline_succeeds():
+    """The sends of a round share its deadline with the drafts: the round ends on time and drops
+    the session (it used to wait SEND_TIMEOUT_S for the send, then the deadline for the drafts)."""
+    session = RemoteSession("unread", UnreadStream())
+    proposer = MarketProposer(
+        [session], job="j", params=SamplingParams(), seed=0, gamma=4, deadline_s=DEADLINE_MS / 1000,
+        registry=Registry(), policy=Policy(),
+    )  # fmt: skip
+    proposer.registry.upsert("unread", [])
+    started = time.perf_counter()
+    proposal = trio.run(proposer._round, [1, 2, 3], 0, 4)
+    took = time.perf_counter() - started
+    assert proposal.tokens == () and not session.alive, session.reason
+    assert took < SEND_TIMEOUT_S, f"the round took {took:.3f} s"
