@@ -17,9 +17,10 @@ import time
 import trio
 from netutil import complete, start_drafter, start_target, wait_for_drafters
 
+from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
-from node.target.market import OPEN_TIMEOUT_S
+from node.target.market import CLOSE_TIMEOUT_S, OPEN_TIMEOUT_S, MarketDrafting
 from node.target.rounds import SEND_TIMEOUT_S, MarketProposer
 from node.target.sessions import RemoteSession
 from p2p.framing import StreamFailed
@@ -79,3 +80,32 @@ def test_a_drafter_that_never_reads_costs_a_round_at_most_its_deadline_succeeds(
     took = time.perf_counter() - started
     assert proposal.tokens == () and not session.alive, session.reason
     assert took < SEND_TIMEOUT_S, f"the round took {took:.3f} s"
+
+
+class UnclosableStream:
+    """A finished job's draft stream whose close never completes (a peer that stopped reading)."""
+
+    async def close(self) -> None:
+        await trio.sleep_forever()
+
+
+def test_a_finished_jobs_streams_close_without_holding_its_answer_succeeds(tmp_path):
+    """The streams of a finished job close in the node's background nursery: the job's exit (and
+    so its answer) never waits for them (it used to wait up to CLOSE_TIMEOUT_S)."""
+
+    async def scenario() -> float:
+        async with trio.open_nursery() as background:
+            with Ledger(tmp_path / "ledger.sqlite") as ledger:
+                drafting = MarketDrafting(
+                    None, Registry(), Policy(), ledger, background=background, deadline_s=0.06, max_drafters=1,
+                    vocab_size=64,
+                )  # fmt: skip
+                drafting.in_jobs["stuck"] = 1
+                started = trio.current_time()
+                await drafting._close("job-1", [RemoteSession("stuck", UnclosableStream())])
+                took = trio.current_time() - started
+            background.cancel_scope.cancel()
+        return took
+
+    took = trio.run(scenario)
+    assert took < CLOSE_TIMEOUT_S / 2, f"closing the job took {took:.3f} s"
