@@ -22,9 +22,10 @@ from eth_account import Account
 from node.chain import ChainError
 from node.chain.anvil import free_port
 from node.chain.challenges import challenge_rows
-from node.chain.client import connect, shown_rpc
+from node.chain.client import connect
 from node.chain.deployment import DEV_CHALLENGER, DEV_REFEREES, BondConfig, dev_address, dev_key
 from node.chain.receipts import Disputed, sign_verdict
+from node.runtime.redact import shown_url
 
 RESOLVE_TIMEOUT_S = 600
 MODEL = b"\x42" * 32  # new_operator's default model hash
@@ -150,7 +151,7 @@ def test_challenge_rows_are_newest_first_bounded_by_limit_and_filtered_by_operat
 )
 def test_an_rpc_url_is_shown_without_its_api_key(rpc, shown):
     """Hosted RPC endpoints carry an API key in the URL; logs and errors used to print it whole."""
-    assert shown_rpc(rpc) == shown
+    assert shown_url(rpc) == shown
 
 
 def test_a_chain_that_does_not_answer_is_named_without_its_key():

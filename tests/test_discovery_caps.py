@@ -21,8 +21,8 @@ from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_byt
 from node.client.http import http_json
 from node.target import node as target_node
 from node.target.engine import Engine
-from node.target.http import api as http_api
 from node.target.http.api import build_app
+from node.target.http.metrics import MAX_LISTED_DRAFTERS
 from p2p import discovery
 from p2p.discovery import REGISTRATION_TTL_S, RendezvousPoint, announce, drafter_namespace, withdraw
 from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
@@ -231,7 +231,7 @@ def test_health_shows_a_bounded_drafter_list_and_the_total(pair):
     with serving({"main": build_app(Engine(pair, model_name=MODEL, gamma=4), lambda: {"drafters": ranked})}) as urls:
         health = http_json(f"{urls['main']}/health")
     assert health["drafters_total"] == len(rows)
-    assert list(health["drafters"]) == list(ranked)[: http_api.MAX_HEALTH_DRAFTERS]
+    assert list(health["drafters"]) == list(ranked)[:MAX_LISTED_DRAFTERS]
 
 
 def test_a_discover_is_answered_with_the_askers_own_registration_only(portal, net):
@@ -256,7 +256,7 @@ SYBILS = 300  # registered ids, far past what a view lists
 
 def test_status_and_metrics_stay_bounded_and_read_no_ledger_under_sybils(pair, tmp_path, monkeypatch):
     """Peer ids are free to mint. With SYBILS registered ids, a status view lists the best
-    MAX_EXPORTED_DRAFTERS and sums the rest, /metrics has series for those and one summed
+    MAX_LISTED_DRAFTERS and sums the rest, /metrics has series for those and one summed
     "(others)", and no view reads the ledger on the loop (its credits are mirrored in memory)."""
     from market.ledger import Ledger
     from node.target.config import TargetConfig
@@ -274,7 +274,7 @@ def test_status_and_metrics_stay_bounded_and_read_no_ledger_under_sybils(pair, t
         node.registry.upsert(f"12D3KooWSybil{i:04d}", [])
         node.registry.record_job(f"12D3KooWSybil{i:04d}")
     view = node.status()
-    shown = target_node.MAX_EXPORTED_DRAFTERS
+    shown = MAX_LISTED_DRAFTERS
     assert view["drafters_total"] == SYBILS + 1 and len(view["drafters"]) == shown
     assert next(iter(view["drafters"])) == "12D3KooWHonest"  # most credited first, from the mirror
     assert view["drafters"]["12D3KooWHonest"]["credited_tokens"] == 7

@@ -100,17 +100,12 @@ class TxResult:
     logs: tuple[Any, ...]
 
 
-def shown_rpc(rpc: str) -> str:
-    """An RPC URL as logs and errors show it (node.runtime.redact): scheme, host and port only."""
-    return shown_url(rpc)
-
-
 def connect(rpc: str) -> Web3:
     w3 = Web3(HTTPProvider(rpc, request_kwargs={"timeout": RPC_TIMEOUT_S}))
     try:
         w3.eth.chain_id  # noqa: B018  (fails fast when nothing answers)
     except (OSError, Web3Exception) as exc:
-        raise ChainError(f"no Ethereum JSON-RPC endpoint answers at {shown_rpc(rpc)} ({type(exc).__name__})") from exc
+        raise ChainError(f"no Ethereum JSON-RPC endpoint answers at {shown_url(rpc)} ({type(exc).__name__})") from exc
     return w3
 
 
@@ -134,7 +129,7 @@ class BondClient:
         w3 = connect(rpc)
         if w3.eth.chain_id != deployment.chain_id:
             raise ChainError(
-                f"{shown_rpc(rpc)} is chain {w3.eth.chain_id}, the deployment is for chain {deployment.chain_id}"
+                f"{shown_url(rpc)} is chain {w3.eth.chain_id}, the deployment is for chain {deployment.chain_id}"
             )
         return cls(w3, deployment.address)
 

@@ -15,6 +15,12 @@ from node.chain.client import BondClient
 REORG_DEPTH = 12  # blocks every scan reads again
 
 
+def rescan_from(next_block: int, latest: int, first_block: int = 0, depth: int = REORG_DEPTH) -> int:
+    """Where a scan up to ``latest`` starts when the last one stopped before ``next_block``: the
+    ``depth`` blocks before it again (``latest`` may have moved back), never before ``first_block``."""
+    return max(first_block, min(next_block, latest + 1) - depth)
+
+
 class EventWindow:
     """The ``name`` events matching ``filters`` from block ``first_block`` on, kept up to date by
     ``scan``: the events before the re-read window are settled, those inside it are read afresh."""
@@ -29,7 +35,7 @@ class EventWindow:
 
     def scan(self, latest: int) -> list[dict[str, Any]]:
         """Read up to block ``latest`` (which a reorganisation may have moved back); the events now."""
-        start = max(self.first_block, min(self.next_block, latest + 1) - self.depth)
+        start = rescan_from(self.next_block, latest, self.first_block, self.depth)
         self.events = [e for e in self.events if e["block"] < start]  # the window's (and any past latest) go
         if start <= latest:
             self.events += self.client.events(self.name, start, latest, **self.filters)

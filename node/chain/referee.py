@@ -36,12 +36,12 @@ from web3.exceptions import Web3Exception
 
 from node.chain import ChainError
 from node.chain.audit import Judgement, judge_step
-from node.chain.client import BondClient, ChainRevert, ChallengeStatus, shown_rpc
+from node.chain.client import BondClient, ChainRevert, ChallengeStatus
 from node.chain.config import DEFAULT_POLL_S
-from node.chain.events import REORG_DEPTH
+from node.chain.events import rescan_from
 from node.chain.receipts import MICROS, Disputed, ReceiptError, check_canonical, sign_verdict, verdict_signable
 from node.model.adapter import HFCausalLM
-from node.runtime.redact import redact
+from node.runtime.redact import redact, shown_url
 from verifier.errors import SpecmarketError
 from verifier.params import SamplingParams
 
@@ -157,7 +157,7 @@ class Referee:
             for cid, block in self.cursor.pending.items():
                 for event in self.client.events("ChallengeOpened", from_block=block, to_block=latest, id=cid):
                     self._pending[int(event["id"])] = event
-        start = max(0, min(self.cursor.next_block, latest + 1) - REORG_DEPTH)
+        start = rescan_from(self.cursor.next_block, latest)
         fresh = {int(e["id"]): e for e in self.client.events("ChallengeOpened", from_block=start, to_block=latest)}
         for cid, event in list(self._pending.items()):
             if int(event["block"]) >= start and fresh.get(cid, {}).get("block_hash") != event.get("block_hash"):
@@ -312,7 +312,7 @@ class Outage:
 
 
 def _rpc(client: BondClient) -> str:
-    return shown_rpc(str(getattr(client.w3.provider, "endpoint_uri", None) or "?"))
+    return shown_url(str(getattr(client.w3.provider, "endpoint_uri", None) or "?"))
 
 
 def _reason(exc: BaseException) -> str:

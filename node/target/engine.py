@@ -192,19 +192,6 @@ class ChunkClock:
         self.last = now
 
 
-def measure_plain_pass(model) -> float:
-    """The median of PLAIN_PASS_PROBES one-position passes on a fresh cache: what a plain decoding
-    step costs, before any job has measured one (token 0 is in every vocabulary)."""
-    cache = model.fork()
-    cache.extend([0])
-    seconds = []
-    for _ in range(PLAIN_PASS_PROBES):
-        started = time.perf_counter()
-        cache.extend([0])
-        seconds.append(time.perf_counter() - started)
-    return sorted(seconds)[len(seconds) // 2]
-
-
 class TimedModel:
     """The job's target cache (a ``LanguageModel``) that times its forward passes: the first pass
     also prefills the prompt, every later one is a verification pass (or a plain decoding step).
@@ -248,6 +235,18 @@ class TimedModel:
             "target_pass_seconds": round(sum(self.pass_seconds), 4),
             "target_pass_ms_per_round": round(1000 * sum(later) / len(later), 3) if later else 0.0,
         }
+
+
+def measure_plain_pass(model) -> float:
+    """A plain decoding step's cost before any job has measured one: the median of
+    PLAIN_PASS_PROBES one-position passes after a one-token prefill, timed as a job times its own
+    (token 0 is in every vocabulary)."""
+    timed = TimedModel(model.fork())
+    for _ in range(1 + PLAIN_PASS_PROBES):
+        timed.extend([0])
+    measured = timed.measured_plain_pass_s()
+    assert measured is not None
+    return measured
 
 
 @asynccontextmanager

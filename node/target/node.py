@@ -25,6 +25,7 @@ from node.target.config import TargetConfig
 from node.target.counters import ClientGone
 from node.target.engine import CompletionRequest, Engine
 from node.target.http.api import build_app, serve_http
+from node.target.http.metrics import MAX_LISTED_DRAFTERS
 from node.target.market import MarketDrafting
 from p2p.discovery import RendezvousPoint, drafter_namespace
 from p2p.framing import FrameStream, StreamFailed
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # the chain's stack (web3, eth-account) loads only for a bond
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
-MAX_EXPORTED_DRAFTERS = 32  # /health, the dashboard and /metrics list the best ones; the others are summed
 REQUEST_TIMEOUT_S = 10.0  # a client must send its request this soon after opening the stream
 CLIENT_SEND_TIMEOUT_S = 30.0
 MAX_ERROR_CHARS = 1000  # an error frame says why in a line, not the whole offending frame
@@ -91,7 +91,7 @@ class TargetNode:
     def status(self) -> dict:
         """JSON-ready node state for /health, the dashboard and /metrics, from memory alone (the
         ledger's lifetime credits are mirrored in ``credited``: no SQLite on the trio loop): the
-        MAX_EXPORTED_DRAFTERS best drafters (``ranked_drafters``), how many there are, and the
+        MAX_LISTED_DRAFTERS best drafters (``ranked_drafters``), how many there are, and the
         others' counts summed, so a scrape's size and work stay bounded whatever the Sybils."""
         drafters = self.registry.snapshot()  # drafters in the market now
         for peer, row in drafters.items():
@@ -101,9 +101,9 @@ class TargetNode:
         return {
             "peer_id": self.addrs[0].rsplit("/", 1)[-1] if self.addrs else None,
             "multiaddrs": self.addrs,
-            "drafters": dict(ranked[:MAX_EXPORTED_DRAFTERS]),
+            "drafters": dict(ranked[:MAX_LISTED_DRAFTERS]),
             "drafters_total": len(ranked),
-            "drafters_others": summed_counts([row for _, row in ranked[MAX_EXPORTED_DRAFTERS:]]),
+            "drafters_others": summed_counts([row for _, row in ranked[MAX_LISTED_DRAFTERS:]]),
             "rendezvous": None if self.point is None else self.point.stats(),
             "operator": None if op is None else op.describe(),
         }

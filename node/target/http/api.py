@@ -41,7 +41,7 @@ from node.target.config import HTTP_BODY_TIMEOUT_S, HttpLimits
 from node.target.engine import Engine
 from node.target.http.dashboard import ResponseLog, dashboard_view, node_condition
 from node.target.http.jobs import JSON, JobResponse, error_response, json_response
-from node.target.http.metrics import CONTENT_TYPE, ApiMetrics, StatusFn
+from node.target.http.metrics import CONTENT_TYPE, MAX_LISTED_DRAFTERS, ApiMetrics, StatusFn
 from node.target.http.pages import add_pages
 from node.target.http.schema import (
     MAX_BODY_BYTES,
@@ -74,7 +74,6 @@ MAX_HEADER_BYTES = 16 << 10  # request line and headers (h11's limit; more is an
 DRAIN_BYTES = 8 << 20  # an oversized body is read and dropped up to this size so the client gets its 413
 GRACEFUL_SHUTDOWN_S = 2.0
 JSON_MEDIA_TYPE = "application/json"  # the only body a POST takes (require_json)
-MAX_HEALTH_DRAFTERS = 32  # /health lists the first (best) drafters of status(); drafters_total counts all
 Body = TypeVar("Body", bound=Sampling)
 
 
@@ -189,7 +188,7 @@ class Routes:
         extra = {k: v for k, v in view.items() if k not in Health.model_fields}
         if isinstance(drafters := extra.get("drafters"), dict):  # bounded: peer ids are free to mint
             extra.setdefault("drafters_total", len(drafters))
-            extra["drafters"] = dict(list(drafters.items())[:MAX_HEALTH_DRAFTERS])
+            extra["drafters"] = dict(list(drafters.items())[:MAX_LISTED_DRAFTERS])
         active = self.engine.counters.snapshot()["active_jobs"]
         status, reason = node_condition(view)
         health = Health(status=status, reason=reason, model=self.engine.model_name, active_jobs=active, **extra)

@@ -15,11 +15,10 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from node.target.engine import Engine
-from node.target.http.metrics import ApiMetrics
+from node.target.http.metrics import MAX_LISTED_DRAFTERS, ApiMetrics
 
 log = logging.getLogger(__name__)
 
-MAX_DASHBOARD_DRAFTERS = 32  # the best ones (status() ranks them); drafters_total counts all
 DRAFTER_FIELDS = (  # a drafter's row on the dashboard: fields of the registry's snapshot
     "proposed",
     "matched",
@@ -54,7 +53,7 @@ def dashboard_view(engine: Engine, view: dict[str, Any], started: float) -> dict
     drafters = view.get("drafters") if isinstance(view.get("drafters"), dict) else {}
     rows = {
         peer: {key: row.get(key) for key in DRAFTER_FIELDS}
-        for peer, row in list(drafters.items())[:MAX_DASHBOARD_DRAFTERS]
+        for peer, row in list(drafters.items())[:MAX_LISTED_DRAFTERS]
         if isinstance(row, dict)
     }
     status, reason = node_condition(view)

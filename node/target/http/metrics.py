@@ -64,7 +64,7 @@ TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 FIRST_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 StatusFn = Callable[[], dict[str, Any]]
-MAX_METRIC_DRAFTERS = 32  # peers with series of their own (status() ranks them): 19 series each
+MAX_LISTED_DRAFTERS = 32  # the best drafters /health, the dashboard and /metrics (19 series each) list by name
 OTHERS_LABEL = "(others)"  # the counters of the drafters past that, summed (never a peer id: not base58)
 
 
@@ -84,7 +84,7 @@ class EngineCollector:
             yield _family(counter)(f"specmarket_{name}", help_text, value=counters.get(key, 0))
         view = self.status()
         drafters = view.get("drafters")
-        drafters = dict(list(drafters.items())[:MAX_METRIC_DRAFTERS]) if isinstance(drafters, dict) else {}
+        drafters = dict(list(drafters.items())[:MAX_LISTED_DRAFTERS]) if isinstance(drafters, dict) else {}
         known = view.get("drafters_total", len(drafters))
         yield GaugeMetricFamily("specmarket_drafters_known", "Drafter peers the target knows of.", value=known)
         others = view.get("drafters_others")

@@ -36,12 +36,11 @@ CONTENT_TYPES = {
 # The pages refer to their files by relative name (so they also work opened from the package's
 # folder); served at / and /simulator they resolve them under /static/.
 BASE_TAG = '<base href="/static/">'
-_CSP = (
+# both pages fetch from their own site alone: the dashboard its API, the simulator ?measured=<path>
+CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "base-uri 'self'; form-action 'none'; frame-ancestors 'none'; connect-src "
+    "base-uri 'self'; form-action 'none'; frame-ancestors 'none'; connect-src 'self'"
 )
-# the simulator loads ?measured=<path> from this site alone; the dashboard polls its own API
-CSP = {"dashboard.html": _CSP + "'self'", "simulator.html": _CSP + "'self'"}
 HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 # write_simulator: what it replaces in simulator.html
@@ -74,8 +73,8 @@ def page_bytes(name: str) -> bytes:
 
 def _answer(body: bytes, name: str) -> Response:
     headers = dict(HEADERS)
-    if name in CSP:
-        headers["Content-Security-Policy"] = CSP[name]
+    if name in PAGES.values():
+        headers["Content-Security-Policy"] = CSP
     return Response(body, media_type=content_type(name), headers=headers)
 
 
