@@ -82,7 +82,7 @@ def test_rms_norm_matches_torch_and_rows_do_not_depend_on_the_pass_width_succeed
     with torch.no_grad():
         norm.weight.uniform_(0.5, 2.0)
     norm.variance_epsilon = norm.eps
-    ours = RMSNorm(norm, library())
+    ours = RMSNorm.of(norm, library())
     x = 3 * torch.randn(SKINNY_MAX_ROWS, 576)
     with torch.inference_mode():
         want = torch.nn.functional.rms_norm(x, (576,), norm.weight, norm.eps)

@@ -9,6 +9,11 @@ import numpy as np
 from verifier.errors import ContextTooLong
 
 
+def context_limits(config) -> tuple[int, int]:
+    """(vocabulary size, context window) of a HF model config."""
+    return int(config.vocab_size), int(getattr(config, "n_positions", 0) or config.max_position_embeddings)
+
+
 class HFCausalLM:
     """A transformers causal LM with a DynamicCache that can be rolled back (transformers 5 API)."""
 
@@ -18,8 +23,7 @@ class HFCausalLM:
         self.model = model.eval()
         self.name = name
         self.kernel = kernel  # the linear-layer kernel in use (node.model.kernels)
-        self.vocab_size = int(model.config.vocab_size)
-        self.max_positions = int(getattr(model.config, "n_positions", 0) or model.config.max_position_embeddings)
+        self.vocab_size, self.max_positions = context_limits(model.config)
         self._cache_cls = DynamicCache
         self.reset()
 

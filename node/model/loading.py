@@ -12,6 +12,7 @@ from pathlib import Path
 
 from node.model.adapter import HFCausalLM
 from node.model.kernels import KERNELS, KernelUnavailable, library
+from node.model.packed import is_packed_model
 from node.model.pairs import CACHE_DIR, CONVERTED_MARKER, PAIRS, SETUP_COMMAND
 from node.model.subvocab import is_subvocab_draft, load_subvocab_draft
 from verifier.errors import ModelMismatch, SpecmarketError
@@ -46,6 +47,8 @@ def load_model_dir(path: Path | str, name: str, kernel: str = "plain") -> tuple[
     hint = f" (it is prepared by `{SETUP_COMMAND}`)" if path.resolve().is_relative_to(CACHE_DIR) else ""
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{name} model directory {path} has no config.json (not a HF model directory?){hint}")
+    if is_packed_model(path):
+        return load_packed_dir(path, name, kernel, hint)
     try:
         if is_subvocab_draft(path):
             model = load_subvocab_draft(path)
@@ -55,6 +58,28 @@ def load_model_dir(path: Path | str, name: str, kernel: str = "plain") -> tuple[
     except (OSError, ValueError, SafetensorError) as exc:
         raise ModelLoadError(f"cannot load {name} model from {path}: {exc}{hint}") from exc
     return load_kernel(model, name, kernel), tokenizer
+
+
+def load_packed_dir(path: Path, name: str, kernel: str, hint: str = "") -> tuple[HFCausalLM, object]:
+    """A packed model (node.model.packed): memory-mapped weights on the skinny kernel, the only
+    kernel that reads the packed layout (``kernel`` names the caller's wish; a CPU without the
+    kernel cannot run such a model at all)."""
+    from transformers import AutoTokenizer
+
+    from node.model.kernels.qwen import load_packed_lm
+    from node.model.packed import PackedModelError
+
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+        model = load_packed_lm(path, cfg, name, library())
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError, PackedModelError, KernelUnavailable) as exc:
+        raise ModelLoadError(f"cannot load {name} model from {path}: {exc}{hint}") from exc
+    if kernel != "skinny":
+        log.info("%s: a packed model runs the skinny kernel (asked for %s)", name, kernel)
+    return model, tokenizer
 
 
 def load_kernel(model, name: str, kernel: str) -> HFCausalLM:
@@ -122,3 +147,16 @@ def model_hash(path: Path | str) -> bytes:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         lines.append(f"{file.relative_to(path).as_posix()} {digest}\n")
     return hashlib.sha256("".join(lines).encode()).digest()
+
+
+def is_converted(out_dir: Path, gguf_sha256: str) -> bool:
+    """True when ``out_dir`` holds a complete conversion of this GGUF whose files still hash to the
+    model hash recorded at conversion (so a damaged directory is converted again)."""
+    marker = out_dir / CONVERTED_MARKER
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(record, dict) or record.get("gguf_sha256") != gguf_sha256:
+        return False
+    return record.get("model_hash") == model_hash(out_dir).hex()

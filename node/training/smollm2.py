@@ -14,6 +14,7 @@ import json
 import logging
 from pathlib import Path
 
+from node.model.loading import is_converted
 from node.model.pairs import CONVERTED_MARKER, SMOLLM2_TARGET_DIR
 from verifier.errors import SpecmarketError
 
@@ -47,21 +48,6 @@ def sha256_file(path: Path) -> str:
         while block := f.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
-
-
-def is_converted(out_dir: Path, gguf_sha256: str) -> bool:
-    """True when ``out_dir`` holds a complete conversion of this GGUF whose files still hash to the
-    model hash recorded at conversion (so a damaged directory is converted again)."""
-    from node.model.loading import model_hash
-
-    marker = out_dir / CONVERTED_MARKER
-    try:
-        record = json.loads(marker.read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(record, dict) or record.get("gguf_sha256") != gguf_sha256:
-        return False
-    return record.get("model_hash") == model_hash(out_dir).hex()
 
 
 def convert(out_dir: Path = SMOLLM2_TARGET_DIR) -> Path:

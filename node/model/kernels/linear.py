@@ -87,3 +87,22 @@ def prepack_linears(model: torch.nn.Module) -> int:
             return self.inner(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
 
     return _swap_linears(model, Prepacked)
+
+
+class PackedLinear:
+    """A linear map whose float16 weights are already in the kernel's packed layout (node.model.packed,
+    memory-mapped): every pass runs the skinny kernel, whatever its width, so a row's result is the
+    same in a prefill as in a one-row decode or a verification pass (bit for bit)."""
+
+    def __init__(self, packed: torch.Tensor, out_features: int, in_features: int, lib: ctypes.CDLL) -> None:
+        if packed.dtype != torch.float16 or in_features % LANES:
+            raise ValueError(f"a packed linear needs float16 weights and K a multiple of {LANES}")
+        self.packed, self.out_features, self.in_features = packed, out_features, in_features
+        self._gemm = lib.skinny_gemm_f16
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, N]
+        flat = x.reshape(-1, self.in_features).contiguous()
+        rows, n, k = flat.shape[0], self.out_features, self.in_features
+        out = torch.empty(rows, n, dtype=torch.float32)
+        self._gemm(flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), rows, n, k)
+        return out

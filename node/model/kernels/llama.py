@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from node.model.adapter import HFCausalLM
+from node.model.adapter import context_limits
 from node.model.kernels import LANES
 from node.model.kernels.linear import SkinnyLinear
 from verifier.errors import ContextTooLong
@@ -51,8 +51,13 @@ def is_lean_capable(model) -> bool:
 class RMSNorm:
     """HF's ``LlamaRMSNorm`` (w · (x · 1/√(mean(x²) + ε))) as one kernel call per pass, row by row."""
 
-    def __init__(self, norm, lib: ctypes.CDLL) -> None:
-        self.weight, self.eps, self._lib = norm.weight.detach().contiguous(), float(norm.variance_epsilon), lib
+    def __init__(self, weight: torch.Tensor, eps: float, lib: ctypes.CDLL) -> None:  # weight [d] fp32
+        self.weight, self.eps, self._lib = weight, eps, lib
+
+    @classmethod
+    def of(cls, norm, lib: ctypes.CDLL) -> RMSNorm:
+        """The kernel's norm over a HF ``LlamaRMSNorm`` module's weight."""
+        return cls(norm.weight.detach().contiguous(), float(norm.variance_epsilon), lib)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, d] -> [M, d]
         x = x.contiguous()
@@ -67,13 +72,14 @@ class _Layer:
 
     def __init__(self, layer, lib: ctypes.CDLL) -> None:
         attn, mlp = layer.self_attn, layer.mlp
-        self.input_norm = RMSNorm(layer.input_layernorm, lib)
-        self.post_norm = RMSNorm(layer.post_attention_layernorm, lib)
+        self.input_norm = RMSNorm.of(layer.input_layernorm, lib)
+        self.post_norm = RMSNorm.of(layer.post_attention_layernorm, lib)
         self.qkv = SkinnyLinear.fused([attn.q_proj, attn.k_proj, attn.v_proj], lib)
         self.o = SkinnyLinear(attn.o_proj, lib)
         self.gate_up = SkinnyLinear.fused([mlp.gate_proj, mlp.up_proj], lib)
         self.down = SkinnyLinear(mlp.down_proj, lib)
         self.intermediate = mlp.gate_proj.out_features
+        self.qkv_bias = None  # Llama has none (is_lean_capable); Qwen2's packed layers do (kernels.qwen)
 
 
 class LeanWeights:
@@ -86,7 +92,7 @@ class LeanWeights:
         self.scale = model.model.layers[0].self_attn.scaling
         self.embed = model.model.embed_tokens
         self.layers = [_Layer(layer, lib) for layer in model.model.layers]
-        self.norm = RMSNorm(model.model.norm, lib)
+        self.norm = RMSNorm.of(model.model.norm, lib)
         self.head = _head(model.lm_head, lib)
         self._rotary = model.model.rotary_emb
         # (cos, sin), each [positions, head_dim]: one reference, replaced whole, so that jobs in other
@@ -128,13 +134,16 @@ def _head(head, lib: ctypes.CDLL):
     return head
 
 
-class LeanLlamaLM(HFCausalLM):
-    """``HFCausalLM`` with the lean forward: same interface, same weights, own KV cache."""
+class LeanLM:
+    """The lean forward over shared ``weights`` (``LeanWeights`` here, or kernels.qwen's packed
+    ones), with its own KV cache: a ``verifier.LanguageModel`` like ``HFCausalLM``."""
 
-    def __init__(self, model, name: str, lib: ctypes.CDLL, weights: LeanWeights | None = None) -> None:
-        self._lib = lib
-        self.weights = weights or LeanWeights(model, lib)
-        super().__init__(model, name, kernel="skinny")
+    kernel = "skinny"
+
+    def __init__(self, weights, name: str, lib: ctypes.CDLL, vocab_size: int, max_positions: int) -> None:
+        self._lib, self.weights, self.name = lib, weights, name
+        self.vocab_size, self.max_positions = vocab_size, max_positions
+        self.reset()
 
     def reset(self) -> None:
         w = self.weights
@@ -142,8 +151,12 @@ class LeanLlamaLM(HFCausalLM):
         self._values = [torch.empty(w.kv_heads, 0, w.head_dim) for _ in w.layers]
         self._tokens: list[int] = []
 
-    def fork(self) -> LeanLlamaLM:
-        return LeanLlamaLM(self.model, self.name, self._lib, self.weights)
+    def cached(self) -> Sequence[int]:
+        return self._tokens
+
+    def fork(self) -> LeanLM:
+        """Same weights, separate (empty) cache."""
+        return LeanLM(self.weights, self.name, self._lib, self.vocab_size, self.max_positions)
 
     def rollback(self, n: int) -> None:
         if n < 0 or n > len(self._tokens):
@@ -191,6 +204,8 @@ class LeanLlamaLM(HFCausalLM):
         w, rows, lib = self.weights, x.shape[0], self._lib
         q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
         qkv = layer.qkv(x).contiguous()  # [M, q_size + 2 kv_size]
+        if layer.qkv_bias is not None:
+            qkv += layer.qkv_bias  # elementwise, row by row: the pass width changes nothing
         # RoPE on q and k at once, in place; bit-identical to x·cos + rotate_half(x)·sin
         lib.skinny_rope(
             qkv.data_ptr(), qkv.stride(0), rows, w.heads + w.kv_heads, w.head_dim, cos.data_ptr(), sin.data_ptr()
@@ -205,3 +220,15 @@ class LeanLlamaLM(HFCausalLM):
             rows, start, w.heads, w.kv_heads, w.head_dim, w.scale, scratch.data_ptr(),
         )  # fmt: skip
         return layer.o(out)
+
+
+class LeanLlamaLM(LeanLM):
+    """A HF Llama model with the lean forward: ``HFCausalLM``'s interface, the same weights, own KV cache."""
+
+    def __init__(self, model, name: str, lib: ctypes.CDLL, weights: LeanWeights | None = None) -> None:
+        self.model = model.eval()
+        vocab_size, max_positions = context_limits(model.config)
+        super().__init__(weights or LeanWeights(model, lib), name, lib, vocab_size, max_positions)
+
+    def fork(self) -> LeanLlamaLM:
+        return LeanLlamaLM(self.model, self.name, self._lib, self.weights)

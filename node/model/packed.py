@@ -1,0 +1,222 @@
+"""One packed weights file per model, memory-mapped by every process that runs it.
+
+A converted Qwen2-architecture model (the qwen2.5-coder pair) is a directory with ``config.json``,
+the tokenizer, ``weights.bin`` and its index ``weights.json``. The index lists each tensor's byte
+offset, dtype, shape and layout:
+
+- ``skinny``: a linear layer's weight [N, K] as float16 in the skinny kernel's packed layout
+  (node/model/kernels/skinny_gemm.c: blocks of ``ROWS_PER_BLOCK`` rows, and inside a block, for each
+  group of 8 k's, the rows' 8 values after each other; rows past N are zero). The kernel reads it
+  straight from the page cache: nothing is repacked or copied at load.
+- ``rows``: a plain row-major array (the token embedding in float16; norms and biases in float32).
+
+Q, K and V are written as one fused matrix (and one bias), and so are the MLP's gate and up: each
+output element is still its own dot product, so fusing changes nothing but the number of calls.
+
+**Precision.** The GGUF's quantized weights are dequantized to fp32 and rounded once, here, to
+float16. That rounding defines the served model, the one whose hash receipts commit to; the
+kernel widens float16 to fp32 exactly (F16C) and accumulates in fp32, so every party computing on
+this file gets the same products. Norm weights and biases stay fp32 (they are fp32 in the GGUF).
+
+Opening maps the file read-only (``mmap``), so targets, referees, challengers and drafters on one
+machine share one copy of the weights through the page cache; no process keeps a private one.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from verifier.errors import SpecmarketError
+
+WEIGHTS_FILE = "weights.bin"
+INDEX_FILE = "weights.json"
+PACKED_FORMAT = 1
+ALIGN = 64  # bytes: every tensor starts on a cache line
+ROWS_PER_BLOCK = 4  # skinny_gemm.c's ROWS_PER_BLOCK
+LANES = 8  # skinny_gemm.c's LANES
+DTYPES = {"float16": np.float16, "float32": np.float32}
+
+
+class PackedModelError(SpecmarketError):
+    """A packed model directory whose index and weights file do not fit together."""
+
+
+def is_packed_model(path: Path | str) -> bool:
+    return (Path(path) / INDEX_FILE).is_file()
+
+
+def pack_skinny(weight: np.ndarray) -> np.ndarray:  # [N, K] -> flat float16, the kernel's layout
+    """``weight`` rounded to float16 in skinny_gemm.c's packed layout (``skinny_pack``'s, in numpy)."""
+    rows, k = weight.shape
+    if k % LANES:
+        raise PackedModelError(f"a packed matrix needs K a multiple of {LANES}, got {k}")
+    blocks = -(-rows // ROWS_PER_BLOCK)
+    padded = np.zeros((blocks * ROWS_PER_BLOCK, k), dtype=np.float16)
+    padded[:rows] = weight
+    # [B, R, G, L] -> [B, G, R, L]: block b, group g, row r, lane l at ((b G + g) R + r) L + l
+    return padded.reshape(blocks, ROWS_PER_BLOCK, k // LANES, LANES).transpose(0, 2, 1, 3).ravel()
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tensor of the index."""
+
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+    layout: str  # "skinny" or "rows"
+
+    @property
+    def nbytes(self) -> int:
+        count = int(np.prod(self.shape))
+        if self.layout == "skinny":
+            count = -(-self.shape[0] // ROWS_PER_BLOCK) * ROWS_PER_BLOCK * self.shape[1]
+        return count * np.dtype(DTYPES[self.dtype]).itemsize
+
+
+class PackedWriter:
+    """Writes ``weights.bin`` tensor by tensor (so conversion holds one dequantized matrix at a time),
+    then the index. The caller renames the finished directory into place."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._file = (directory / WEIGHTS_FILE).open("wb")
+        self._entries: dict[str, Entry] = {}
+
+    def _write(self, name: str, data: np.ndarray, shape: tuple[int, ...], layout: str) -> None:
+        if name in self._entries:
+            raise PackedModelError(f"tensor {name} written twice")
+        offset = self._file.tell()
+        pad = -offset % ALIGN
+        self._file.write(b"\0" * pad)
+        dtype = "float16" if data.dtype == np.float16 else "float32"
+        self._entries[name] = Entry(offset + pad, dtype, tuple(int(s) for s in shape), layout)
+        self._file.write(np.ascontiguousarray(data).tobytes())
+
+    def linear(self, name: str, weight: np.ndarray) -> None:  # weight [N, K], any float dtype
+        self._write(name, pack_skinny(weight), weight.shape, "skinny")
+
+    def rows(self, name: str, array: np.ndarray, dtype=np.float32) -> None:
+        self._write(name, array.astype(dtype), array.shape, "rows")
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        index = {
+            "format": PACKED_FORMAT,
+            "rows_per_block": ROWS_PER_BLOCK,
+            "lanes": LANES,
+            "tensors": {name: {**e.__dict__, "shape": list(e.shape)} for name, e in self._entries.items()},
+        }
+        (self.directory / INDEX_FILE).write_text(json.dumps(index, indent=1) + "\n")
+
+
+class PackedWeights:
+    """The tensors of a packed model, as torch tensors over one read-only memory map."""
+
+    def __init__(self, directory: Path | str) -> None:
+        directory = Path(directory)
+        try:
+            index = json.loads((directory / INDEX_FILE).read_text())
+            self._entries = {
+                name: Entry(int(e["offset"]), str(e["dtype"]), tuple(e["shape"]), str(e["layout"]))
+                for name, e in index["tensors"].items()
+            }
+            if index.get("format") != PACKED_FORMAT or index.get("rows_per_block") != ROWS_PER_BLOCK:
+                raise PackedModelError(f"{directory / INDEX_FILE}: format {index.get('format')} is not {PACKED_FORMAT}")
+            with (directory / WEIGHTS_FILE).open("rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise PackedModelError(f"cannot open the packed model in {directory}: {exc}") from exc
+        for name, entry in self._entries.items():
+            if entry.dtype not in DTYPES or entry.offset + entry.nbytes > len(self._map):
+                raise PackedModelError(f"{directory}: tensor {name} lies outside {WEIGHTS_FILE} (truncated?)")
+
+    def holds(self, tensor) -> bool:
+        """Whether ``tensor``'s memory lies inside the mapped file (a view of it, not a copy)."""
+        base = np.frombuffer(self._map, dtype=np.uint8).ctypes.data
+        return base <= tensor.data_ptr() < base + len(self._map)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def names(self) -> Iterable[str]:
+        return self._entries.keys()
+
+    def entry(self, name: str) -> Entry:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise PackedModelError(f"the packed model has no tensor {name}") from None
+
+    def tensor(self, name: str):
+        """The tensor, flat for the ``skinny`` layout, else in its shape; read-only, never copied."""
+        import torch
+
+        entry = self.entry(name)
+        dtype = DTYPES[entry.dtype]
+        count = entry.nbytes // np.dtype(dtype).itemsize
+        array = np.frombuffer(self._map, dtype=dtype, count=count, offset=entry.offset)
+        with warnings.catch_warnings():  # the map is read-only by design: nothing writes to weights
+            warnings.simplefilter("ignore", UserWarning)
+            tensor = torch.from_numpy(array)
+        return tensor if entry.layout == "skinny" else tensor.view(*entry.shape)
+
+
+def write_packed(directory: Path, config: dict, tensors: Iterable[tuple[str, np.ndarray]]) -> None:
+    """A packed model directory from HF-named Qwen2 tensors (fp32 arrays, any order): linear
+    weights rounded to float16 (q/k/v and gate/up fused), the embedding to float16, norms and
+    biases kept in fp32. ``config`` is the HF-style config written as ``config.json``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = PackedWriter(directory)
+    pending: dict[str, np.ndarray] = {}
+    for name, array in tensors:
+        pending[name] = array
+        _flush_ready(writer, pending)
+    if pending:
+        raise PackedModelError(f"tensors left unwritten (a fused part is missing?): {sorted(pending)[:4]}")
+    writer.close()
+    (directory / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+
+
+FUSED = {  # fused name -> its parts, in order
+    "self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    "self_attn.qkv_proj.bias": ("self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"),
+    "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+}
+LINEARS = ("self_attn.qkv_proj.weight", "self_attn.o_proj.weight", "mlp.gate_up_proj.weight", "mlp.down_proj.weight")
+
+
+def _flush_ready(writer: PackedWriter, pending: dict[str, np.ndarray]) -> None:
+    """Write every pending tensor that is complete: a plain one at once, a fused one with all its parts."""
+    for name in list(pending):
+        if name not in pending:
+            continue
+        prefix, _, suffix = name.partition(".layers.")
+        layer, _, local = suffix.partition(".")
+        fused = next((f for f, parts in FUSED.items() if local in parts), None)
+        if fused is not None:
+            base = f"{prefix}.layers.{layer}."
+            parts = [base + p for p in FUSED[fused]]
+            if all(p in pending for p in parts):
+                _write_one(writer, base + fused, np.concatenate([pending.pop(p) for p in parts]))
+            continue
+        _write_one(writer, name, pending.pop(name))
+
+
+def _write_one(writer: PackedWriter, name: str, array: np.ndarray) -> None:
+    if name == "lm_head.weight" or any(name.endswith(linear) for linear in LINEARS):
+        writer.linear(name, array)
+    elif name == "model.embed_tokens.weight":
+        writer.rows(name, array, np.float16)
+    else:
+        writer.rows(name, array, np.float32)
