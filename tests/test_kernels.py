@@ -50,6 +50,32 @@ def test_skinny_rows_do_not_depend_on_the_pass_width_succeeds(n, k):
     assert torch.equal(alone, together)
 
 
+@pytest.mark.skipif(not kernels.has_wide_path(), reason="this CPU has no AVX-512 (the AVX2 path is the only one)")
+@pytest.mark.parametrize("n,k", [(5, 8), (13, 576), (2048, 1536), (4099, 64), (37, 8960)])
+def test_wide_path_gives_the_avx2_paths_bits_succeeds(n, k):
+    """The float16 product's AVX-512 path and its AVX2 path agree bit for bit, for every pass width up
+    to and past a wide tile (12 rows): a referee on a machine without AVX-512 computes the same logits."""
+    torch.manual_seed(n + k)
+    weight = torch.randn(n, k).half().float()
+    blocks = -(-n // library().skinny_rows_per_block())
+    packed = torch.empty(blocks * library().skinny_rows_per_block() * k)
+    library().skinny_pack(weight.data_ptr(), packed.data_ptr(), n, k)
+    packed = packed.half()
+    for rows in (1, 2, 3, 5, 9, 12, 13, SKINNY_MAX_ROWS, 40):
+        x = torch.randn(rows, k)
+        outs = [torch.empty(rows, n), torch.empty(rows, n)]
+        for fn, out in zip((library().skinny_gemm_f16, library().skinny_gemm_f16_wide), outs, strict=True):
+            fn(x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, n, k)
+        assert torch.equal(outs[0], outs[1]), rows
+        assert float((outs[1] - x @ weight.T).abs().max()) < ATOL * max(1.0, k**0.5 / 8)
+
+
+def test_isa_override_keeps_the_avx2_path_succeeds(monkeypatch):
+    monkeypatch.setenv(kernels.ISA_ENV, "avx2")
+    assert not kernels.has_wide_path()
+    assert kernels.f16_gemm(library()) is library().skinny_gemm_f16
+
+
 @pytest.mark.parametrize("n,k", [(5, 8), (576, 576), (4099, 64)])
 def test_skinny_float16_weights_give_the_fp32_kernels_bits_succeeds(n, k):
     """A matrix of exact float16 values is packed as float16 (half the bytes) and every row of every

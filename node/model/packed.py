@@ -134,7 +134,10 @@ class PackedWeights:
             if index.get("format") != PACKED_FORMAT or index.get("rows_per_block") != ROWS_PER_BLOCK:
                 raise PackedModelError(f"{directory / INDEX_FILE}: format {index.get('format')} is not {PACKED_FORMAT}")
             with (directory / WEIGHTS_FILE).open("rb") as f:
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                # MAP_POPULATE: the page tables are filled once, here, instead of by ~800k faults
+                # during the first passes (the pages themselves are the page cache's, shared)
+                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+                self._map = mmap.mmap(f.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise PackedModelError(f"cannot open the packed model in {directory}: {exc}") from exc
         for name, entry in self._entries.items():

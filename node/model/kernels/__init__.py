@@ -39,6 +39,8 @@ BUILD_DIR = CACHE_DIR / "kernels"
 CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-std=c11")
 LIBS = ("-lm",)
 REQUIRED_CPU_FLAGS = ("avx2", "fma", "f16c")
+WIDE_CPU_FLAGS = ("avx512f", "avx512dq", "avx512vl")  # the float16 product's AVX-512 path (same bits)
+ISA_ENV = "SPECMARKET_KERNEL_ISA"  # "avx2" keeps the AVX2 path on an AVX-512 machine (benchmarks, tests)
 LANES = 8  # floats per AVX2 register: the kernel needs K to be a multiple
 SKINNY_MAX_ROWS = MAX_GAMMA + 1  # the widest verification pass; wider inputs use torch's kernel
 COMPILE_TIMEOUT_S = 120
@@ -93,6 +95,7 @@ def library() -> ctypes.CDLL:
     lib.skinny_pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     lib.skinny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_gemm_f16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
+    lib.skinny_gemm_f16_wide.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_rows_per_block.restype = ctypes.c_int
     lib.skinny_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
     lib.skinny_rope.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 4 + [ctypes.c_void_p] * 2
@@ -104,3 +107,14 @@ def library() -> ctypes.CDLL:
     lib.skinny_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
     _library = lib
     return lib
+
+
+def has_wide_path() -> bool:
+    """Whether the float16 product may take its AVX-512 path here (CPU flags, unless ISA_ENV says avx2)."""
+    return os.environ.get(ISA_ENV, "").lower() != "avx2" and all(f in _cpu_flags() for f in WIDE_CPU_FLAGS)
+
+
+def f16_gemm(lib: ctypes.CDLL):
+    """The float16 product for this CPU: AVX-512 where it has it, else AVX2, bit-identical either way
+    (skinny_gemm.c; tests/test_kernels.py checks it wherever both run)."""
+    return lib.skinny_gemm_f16_wide if has_wide_path() else lib.skinny_gemm_f16

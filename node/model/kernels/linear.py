@@ -6,7 +6,7 @@ import ctypes
 
 import torch
 
-from node.model.kernels import LANES, SKINNY_MAX_ROWS
+from node.model.kernels import LANES, SKINNY_MAX_ROWS, f16_gemm
 
 
 def is_exact_in_float16(weight: torch.Tensor) -> bool:
@@ -37,7 +37,7 @@ class SkinnyLinear(torch.nn.Module):
         lib.skinny_pack(weight.data_ptr(), packed.data_ptr(), self.out_features, self.in_features)
         self.half = is_exact_in_float16(weight)
         self.register_buffer("packed", packed.half() if self.half else packed)
-        self._gemm = lib.skinny_gemm_f16 if self.half else lib.skinny_gemm
+        self._gemm = f16_gemm(lib) if self.half else lib.skinny_gemm
 
     @classmethod
     def fused(cls, linears: list[torch.nn.Linear], lib: ctypes.CDLL) -> SkinnyLinear:
@@ -98,7 +98,7 @@ class PackedLinear:
         if packed.dtype != torch.float16 or in_features % LANES:
             raise ValueError(f"a packed linear needs float16 weights and K a multiple of {LANES}")
         self.packed, self.out_features, self.in_features = packed, out_features, in_features
-        self._gemm = lib.skinny_gemm_f16
+        self._gemm = f16_gemm(lib)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, N]
         flat = x.reshape(-1, self.in_features).contiguous()

@@ -116,6 +116,72 @@ void skinny_gemm_f16(const float *x, const uint16_t *packed, float *out, int m_r
     gemm(packed, sizeof(uint16_t), TILES_F16, x, out, m_rows, n_rows, k);
 }
 
+/* The float16 product on AVX-512, for machines that have it (chosen at run time: skinny_has_wide,
+ * then the loader's CPU-flag check). Same packed layout and bit-identical results: each 512-bit
+ * register holds two W rows' 8-lane accumulators side by side (rows r and r+1 of a block are
+ * adjacent in the packed layout), each x vector is broadcast to both halves, and every half is the
+ * AVX2 kernel's accumulator, the same FMAs over k in the same order, then the same horizontal sum.
+ * What changes is the count of instructions per weight (half the FMAs, one conversion for 16
+ * weights) and the registers (32), so a tile covers up to WIDE_X_ROWS x rows: every weight is
+ * loaded and widened once per pass for the verification widths. */
+#define WIDE_X_ROWS 12 /* 2 x 12 accumulators + 2 weight vectors + 1 x vector fit 32 registers */
+#define WIDE __attribute__((target("avx2,fma,f16c,avx512f,avx512dq,avx512vl")))
+
+static inline WIDE __attribute__((always_inline)) void wide_tile(const uint16_t *block, const float *x, float *out,
+                                                                 int groups, int k, int n_rows, int n0, int m0,
+                                                                 const int X_ROWS) {
+    __m512 acc[2][WIDE_X_ROWS];
+    for (int p = 0; p < 2; p++)
+        for (int j = 0; j < X_ROWS; j++) acc[p][j] = _mm512_setzero_ps();
+    const float *xm = x + (size_t)m0 * k;
+    for (int g = 0; g < groups; g++) {
+        const uint16_t *wg = block + (size_t)g * ROWS_PER_BLOCK * LANES;
+        __m512 w01 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wg));      /* rows 0 and 1 */
+        __m512 w23 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + 16))); /* rows 2 and 3 */
+        for (int j = 0; j < X_ROWS; j++) {
+            __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xm + (size_t)j * k + g * LANES));
+            acc[0][j] = _mm512_fmadd_ps(w01, xv, acc[0][j]);
+            acc[1][j] = _mm512_fmadd_ps(w23, xv, acc[1][j]);
+        }
+    }
+    for (int p = 0; p < 2; p++)
+        for (int h = 0; h < 2; h++) {
+            int r = 2 * p + h;
+            if (n0 + r >= n_rows) break;
+            for (int j = 0; j < X_ROWS; j++) {
+                __m256 half = h ? _mm512_extractf32x8_ps(acc[p][j], 1) : _mm512_castps512_ps256(acc[p][j]);
+                out[(size_t)(m0 + j) * n_rows + n0 + r] = horizontal_sum(half);
+            }
+        }
+}
+
+typedef void (*wide_fn)(const uint16_t *, const float *, float *, int, int, int, int, int);
+#define WIDE_TILE(X)                                                                                      \
+    static WIDE void wide_tile_##X(const uint16_t *b, const float *x, float *o, int g, int k, int n, int n0, \
+                                   int m0) {                                                              \
+        wide_tile(b, x, o, g, k, n, n0, m0, X);                                                           \
+    }
+WIDE_TILE(1) WIDE_TILE(2) WIDE_TILE(3) WIDE_TILE(4) WIDE_TILE(5) WIDE_TILE(6)
+WIDE_TILE(7) WIDE_TILE(8) WIDE_TILE(9) WIDE_TILE(10) WIDE_TILE(11) WIDE_TILE(12)
+static const wide_fn WIDE_TILES[WIDE_X_ROWS + 1] = {0, wide_tile_1, wide_tile_2, wide_tile_3, wide_tile_4,
+                                                    wide_tile_5, wide_tile_6, wide_tile_7, wide_tile_8,
+                                                    wide_tile_9, wide_tile_10, wide_tile_11, wide_tile_12};
+
+/* Whether this build has the AVX-512 path (the caller still checks the CPU's flags). */
+int skinny_has_wide(void) { return 1; }
+
+/* skinny_gemm_f16 on AVX-512: the same result, bit for bit. */
+WIDE void skinny_gemm_f16_wide(const float *x, const uint16_t *packed, float *out, int m_rows, int n_rows, int k) {
+    int groups = k / LANES, blocks = (n_rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    for (int b = 0; b < blocks; b++) {
+        const uint16_t *block = packed + (size_t)b * groups * ROWS_PER_BLOCK * LANES;
+        for (int m0 = 0; m0 < m_rows; m0 += WIDE_X_ROWS) {
+            int rows = m_rows - m0 < WIDE_X_ROWS ? m_rows - m0 : WIDE_X_ROWS;
+            WIDE_TILES[rows](block, x, out, groups, k, n_rows, b * ROWS_PER_BLOCK, m0);
+        }
+    }
+}
+
 /* The small per-row ops of a Llama layer, row by row, so that a row's result does not depend on the
  * pass width either; each is one call instead of the handful of torch ops (and their dispatch) that
  * dominate a one-row pass once the products are near the memory limit. */
