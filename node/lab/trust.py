@@ -23,7 +23,7 @@ AUDIT_REPEATS = 3
 
 def forward_flops_per_position(model: HFCausalLM) -> int:
     """≈ 2·N for a model of N parameters (tied embedding/LM-head weights counted once)."""
-    return FLOPS_PER_PARAM_PER_POSITION * sum(p.numel() for p in model.model.parameters())
+    return FLOPS_PER_PARAM_PER_POSITION * model.parameter_count()
 
 
 def audit_all(model: HFCausalLM, receipts: dict[str, list[dict]], repeats: int = AUDIT_REPEATS) -> dict[str, dict]:

@@ -31,6 +31,19 @@ CHAT_PROMPTS = (
     "What makes a good cup of tea?",
 )
 
+# user messages for the qwen2.5-coder pair: code first, then chat (a coder model answers both);
+# the first six are the prompts the draft's greedy acceptance was first measured on
+QWEN_PROMPTS = (
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "What is the difference between a list and a tuple in Python?",
+    "Write a bash one-liner that counts the lines of every .py file under the current directory.",
+    "Why is the sky blue? Answer in two sentences.",
+    "Implement binary search in JavaScript.",
+    "Write a minimal hash table in Go.",
+    "Explain what a race condition is, with a short example.",
+    "Give me three tips for writing a clear email.",
+)
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -41,6 +54,7 @@ class Workload:
 
 
 WORKLOADS = {
+    "qwen2.5-coder": Workload(chat=True, bench=QWEN_PROMPTS, local_demo=QWEN_PROMPTS[:3], net_demo=QWEN_PROMPTS[:6]),
     "smollm2": Workload(chat=True, bench=CHAT_PROMPTS, local_demo=CHAT_PROMPTS[:3], net_demo=CHAT_PROMPTS[:4]),
     "tiny": Workload(
         chat=False, bench=CODE_PROMPTS, local_demo=CODE_PROMPTS[:3], net_demo=(*CODE_PROMPTS[:3], PARSE_ARGS_PROMPT)

@@ -57,6 +57,9 @@ class HFCausalLM:
             self._cache.crop(-n)  # transformers 5: a negative argument removes that many tokens
             del self._tokens[-n:]
 
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
     def fork(self) -> HFCausalLM:
         """Same weights, separate (empty) cache."""
         return HFCausalLM(self.model, self.name, self.kernel)

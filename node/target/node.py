@@ -21,9 +21,9 @@ from market.registry import Registry
 from node.chain.cheat import Cheat
 from node.model.loading import ModelPair, load_pair
 from node.runtime.ports import holding_port
-from node.target.config import TargetConfig
+from node.target.config import TargetConfig, auto_deadline_ms
 from node.target.counters import ClientGone
-from node.target.engine import CompletionRequest, Engine
+from node.target.engine import CompletionRequest, Engine, measure_plain_pass
 from node.target.http.api import build_app, serve_http
 from node.target.http.metrics import MAX_LISTED_DRAFTERS
 from node.target.market import MarketDrafting
@@ -74,10 +74,12 @@ class TargetNode:
             cfg.target_dir, cfg.draft_dir if cfg.cheat is Cheat.DRAFT_MODEL else None, cfg.kernel
         )
         self.pair.target.fork().extend([self.pair.tokenizer.eos_token_id] * (cfg.gamma + 1))  # warm up
+        self.plain_pass_s = measure_plain_pass(self.pair.target)
+        self.deadline_ms = cfg.draft_deadline_ms or auto_deadline_ms(self.plain_pass_s)
+        log.info("draft deadline %.0f ms (plain decoding step %.1f ms)", self.deadline_ms, 1000 * self.plain_pass_s)
         self.registry = Registry()
-        self.policy = Policy(
-            PolicyConfig(min_tokens_to_judge=cfg.judge_after_tokens, latency_budget_ms=cfg.draft_deadline_ms)
-        )
+        judging = PolicyConfig(min_tokens_to_judge=cfg.judge_after_tokens, latency_budget_ms=self.deadline_ms)
+        self.policy = Policy(judging)
         self.ledger = Ledger(Path(cfg.data_dir) / LEDGER_FILE)
         # each drafter's lifetime credited tokens, read once here (before the trio loop runs) and
         # kept up to date by the market as it credits jobs: status() never reads SQLite
@@ -201,7 +203,7 @@ class TargetNode:
                 self.ledger,
                 credited=self.credited,
                 background=nursery,
-                deadline_s=cfg.draft_deadline_ms / 1000,
+                deadline_s=self.deadline_ms / 1000,
                 max_drafters=cfg.max_drafters,
                 wait_budget=cfg.wait_budget,
                 vocab_size=self.pair.target.vocab_size,
@@ -214,6 +216,7 @@ class TargetNode:
                 operator=self.operator,
                 cheat=cfg.cheat,
                 max_jobs=cfg.max_jobs,
+                plain_pass_s=self.plain_pass_s,
             )
             host.set_stream_handler(GENERATE_PROTOCOL_ID, self.handle_generate)
             nursery.start_soon(point.watch, drafting.on_registration, drafting.on_gone)

@@ -95,6 +95,7 @@ def library() -> ctypes.CDLL:
     lib.skinny_pack.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     lib.skinny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_gemm_f16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
+    lib.skinny_gemm_i8.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_gemm_f16_wide.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_rows_per_block.restype = ctypes.c_int
     lib.skinny_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]

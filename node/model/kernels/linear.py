@@ -90,19 +90,26 @@ def prepack_linears(model: torch.nn.Module) -> int:
 
 
 class PackedLinear:
-    """A linear map whose float16 weights are already in the kernel's packed layout (node.model.packed,
+    """A linear map whose weights are already in the kernel's packed layout (node.model.packed,
     memory-mapped): every pass runs the skinny kernel, whatever its width, so a row's result is the
-    same in a prefill as in a one-row decode or a verification pass (bit for bit)."""
+    same in a prefill as in a one-row decode or a verification pass (bit for bit). float16 weights,
+    or a draft's int8 weights with per-row ``scales`` (applied to the fp32 sums)."""
 
-    def __init__(self, packed: torch.Tensor, out_features: int, in_features: int, lib: ctypes.CDLL) -> None:
-        if packed.dtype != torch.float16 or in_features % LANES:
-            raise ValueError(f"a packed linear needs float16 weights and K a multiple of {LANES}")
-        self.packed, self.out_features, self.in_features = packed, out_features, in_features
-        self._gemm = f16_gemm(lib)
+    def __init__(
+        self, packed: torch.Tensor, out_features: int, in_features: int, lib: ctypes.CDLL, scales=None
+    ) -> None:
+        if packed.dtype not in (torch.float16, torch.int8) or in_features % LANES:
+            raise ValueError(f"a packed linear needs float16 or int8 weights and K a multiple of {LANES}")
+        if (packed.dtype == torch.int8) != (scales is not None):
+            raise ValueError("int8 weights need their row scales (and float16 ones have none)")
+        self.packed, self.out_features, self.in_features, self.scales = packed, out_features, in_features, scales
+        self._gemm = lib.skinny_gemm_i8 if scales is not None else f16_gemm(lib)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, N]
         flat = x.reshape(-1, self.in_features).contiguous()
         rows, n, k = flat.shape[0], self.out_features, self.in_features
         out = torch.empty(rows, n, dtype=torch.float32)
         self._gemm(flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), rows, n, k)
+        if self.scales is not None:
+            out *= self.scales[:n]
         return out

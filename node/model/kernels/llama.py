@@ -95,6 +95,7 @@ class LeanWeights:
         self.norm = RMSNorm.of(model.model.norm, lib)
         self.head = _head(model.lm_head, lib)
         self._rotary = model.model.rotary_emb
+        self.parameter_count = sum(p.numel() for p in model.parameters())
         # (cos, sin), each [positions, head_dim]: one reference, replaced whole, so that jobs in other
         # worker threads always read a matching pair
         self._tables = (torch.empty(0, self.head_dim), torch.empty(0, self.head_dim))
@@ -153,6 +154,9 @@ class LeanLM:
 
     def cached(self) -> Sequence[int]:
         return self._tokens
+
+    def parameter_count(self) -> int:
+        return self.weights.parameter_count
 
     def fork(self) -> LeanLM:
         """Same weights, separate (empty) cache."""

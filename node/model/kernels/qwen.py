@@ -18,9 +18,15 @@ import torch
 
 from node.model.kernels.linear import PackedLinear
 from node.model.kernels.llama import INITIAL_CAPACITY, LeanLM, RMSNorm
-from node.model.packed import PackedWeights
+from node.model.packed import SCALE_SUFFIX, PackedWeights
 
 SUPPORTED = ("qwen2",)
+
+
+def _linear(packed: PackedWeights, name: str, n: int, k: int, lib: ctypes.CDLL) -> PackedLinear:
+    """The packed linear ``name`` [n, k]: float16, or int8 with the row scales stored beside it."""
+    scales = packed.tensor(name + SCALE_SUFFIX) if name + SCALE_SUFFIX in packed else None
+    return PackedLinear(packed.tensor(name), n, k, lib, scales)
 
 
 class _PackedLayer:
@@ -33,11 +39,11 @@ class _PackedLayer:
         base = f"model.layers.{i}."
         self.input_norm = RMSNorm(packed.tensor(base + "input_layernorm.weight"), eps, lib)
         self.post_norm = RMSNorm(packed.tensor(base + "post_attention_layernorm.weight"), eps, lib)
-        self.qkv = PackedLinear(packed.tensor(base + "self_attn.qkv_proj.weight"), d + 2 * kv, d, lib)
+        self.qkv = _linear(packed, base + "self_attn.qkv_proj.weight", d + 2 * kv, d, lib)
         self.qkv_bias = packed.tensor(base + "self_attn.qkv_proj.bias")  # [d + 2 kv]
-        self.o = PackedLinear(packed.tensor(base + "self_attn.o_proj.weight"), d, d, lib)
-        self.gate_up = PackedLinear(packed.tensor(base + "mlp.gate_up_proj.weight"), 2 * inter, d, lib)
-        self.down = PackedLinear(packed.tensor(base + "mlp.down_proj.weight"), d, inter, lib)
+        self.o = _linear(packed, base + "self_attn.o_proj.weight", d, d, lib)
+        self.gate_up = _linear(packed, base + "mlp.gate_up_proj.weight", 2 * inter, d, lib)
+        self.down = _linear(packed, base + "mlp.down_proj.weight", d, inter, lib)
         self.intermediate = inter
 
 
@@ -46,6 +52,7 @@ class PackedQwenWeights:
 
     def __init__(self, directory: Path, cfg: dict, lib: ctypes.CDLL) -> None:
         packed = PackedWeights(directory)
+        self.directory = Path(directory)
         d = cfg["hidden_size"]
         self.heads, self.kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
         self.head_dim = d // self.heads
@@ -53,8 +60,9 @@ class PackedQwenWeights:
         self._embed = packed.tensor("model.embed_tokens.weight")  # [V, d] float16
         self.layers = [_PackedLayer(packed, i, cfg, lib) for i in range(cfg["num_hidden_layers"])]
         self.norm = RMSNorm(packed.tensor("model.norm.weight"), float(cfg["rms_norm_eps"]), lib)
-        self.head = PackedLinear(packed.tensor("lm_head.weight"), cfg["vocab_size"], d, lib)
+        self.head = _linear(packed, "lm_head.weight", cfg["vocab_size"], d, lib)
         self.theta = float(cfg["rope_theta"])
+        self.parameter_count = packed.parameter_count()
         self._tables = (torch.empty(0, self.head_dim), torch.empty(0, self.head_dim))
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:  # [M] -> [M, d] fp32 (widening is exact)

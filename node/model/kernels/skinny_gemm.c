@@ -56,6 +56,11 @@ static inline __m256 load_f32(const void *w, size_t i) { return _mm256_loadu_ps(
 static inline __m256 load_f16(const void *w, size_t i) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
 }
+/* int8 weights (a draft's weight-only quantization, node/model/packed.py): widened exactly to fp32;
+ * the caller multiplies each output column by its row's scale. */
+static inline __m256 load_i8(const void *w, size_t i) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)w + i))));
+}
 typedef __m256 (*load_fn)(const void *, size_t);
 
 /* One block of W against x rows m0 .. m0 + X_ROWS; X_ROWS and LOAD are constants at every call site,
@@ -89,9 +94,13 @@ TILE(tile_3, 3, load_f32)
 TILE(tile_1_f16, 1, load_f16)
 TILE(tile_2_f16, 2, load_f16)
 TILE(tile_3_f16, 3, load_f16)
+TILE(tile_1_i8, 1, load_i8)
+TILE(tile_2_i8, 2, load_i8)
+TILE(tile_3_i8, 3, load_i8)
 typedef void (*tile_fn)(const void *, const float *, float *, int, int, int, int, int);
 static const tile_fn TILES[X_ROWS_PER_TILE + 1] = {0, tile_1, tile_2, tile_3};
 static const tile_fn TILES_F16[X_ROWS_PER_TILE + 1] = {0, tile_1_f16, tile_2_f16, tile_3_f16};
+static const tile_fn TILES_I8[X_ROWS_PER_TILE + 1] = {0, tile_1_i8, tile_2_i8, tile_3_i8};
 
 static void gemm(const void *packed, size_t weight_bytes, const tile_fn *tiles, const float *x, float *out,
                  int m_rows, int n_rows, int k) {
@@ -114,6 +123,12 @@ void skinny_gemm(const float *x, const float *packed, float *out, int m_rows, in
 /* The same with the packed weights as float16 (skinny_pack's layout, each value narrowed exactly). */
 void skinny_gemm_f16(const float *x, const uint16_t *packed, float *out, int m_rows, int n_rows, int k) {
     gemm(packed, sizeof(uint16_t), TILES_F16, x, out, m_rows, n_rows, k);
+}
+
+/* The same with int8 weights (skinny_pack's layout), without their scales: out = x @ Q^T, and the
+ * caller scales column n by row n's scale. For a draft only: its precision never touches exactness. */
+void skinny_gemm_i8(const float *x, const int8_t *packed, float *out, int m_rows, int n_rows, int k) {
+    gemm(packed, sizeof(int8_t), TILES_I8, x, out, m_rows, n_rows, k);
 }
 
 /* The float16 product on AVX-512, for machines that have it (chosen at run time: skinny_has_wide,
