@@ -11,18 +11,20 @@ from node.lab.bench_target import run_bench_target, shape_drift, weight_bytes
 from node.lab.config import TargetBenchConfig
 from node.model.kernels import KERNELS
 from node.model.kernels.linear import prepack_linears
-from node.model.loading import TINY_TARGET, load_model_dir
+from node.model.loading import TINY_DRAFT, TINY_TARGET, load_model_dir
 from verifier.tolerance import TOLERANCE_DELTA
 
 
 def test_bench_target_reports_floor_costs_and_drift(tmp_path):
-    cfg = TargetBenchConfig(TINY_TARGET, threads=(1,), max_gamma=2, repeats=2, out=tmp_path / "bt.json")
+    out = tmp_path / "bt.json"
+    cfg = TargetBenchConfig(TINY_TARGET, threads=(1,), max_gamma=2, repeats=2, out=out, draft_dir=TINY_DRAFT)
     report = run_bench_target(cfg)
     floors = {int(t): f for t, f in json.loads(cfg.out.read_text())["floor_ms"].items()}
     assert floors == report["floor_ms"] and floors[1] > 0
     model, _ = load_model_dir(TINY_TARGET, "target")
     assert report["weight_bytes"] == weight_bytes(model) == 4 * sum(p.numel() for p in model.model.parameters())
     assert [r["kernel"] for r in report["rows"]] == list(KERNELS)
+    assert report["draft"]["ms_per_token"] > 0 and report["draft"]["model_dir"] == str(TINY_DRAFT)
     for row in report["rows"]:
         assert row["t_target_1_ms"] > 0 and sorted(row["v"]) == [1, 2] and all(v > 0 for v in row["v"].values())
         ratio = row["t_target_1_ms"] / report["floor_ms"][1]

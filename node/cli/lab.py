@@ -167,7 +167,10 @@ def _add_bench_target(sub) -> None:
         ),
     )
     p.add_argument(
-        "--model-dir", type=Path, default=d["model_dir"], help=f"HF model directory (default {d['model_dir']})"
+        "--model-dir", type=Path, default=d["model_dir"], help=f"target model directory (default {d['model_dir']})"
+    )
+    p.add_argument(
+        "--draft-dir", type=Path, default=d["draft_dir"], help=f"draft timed per token (default {d['draft_dir']})"
     )
     p.add_argument("--threads", type=_positive, nargs="+", default=list(d["threads"]), help="torch thread counts")
     p.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(d["kernels"]), help="linear-layer kernels")
@@ -185,7 +188,9 @@ def _cmd_bench_target(args: argparse.Namespace) -> int:
     from node.lab.bench_target import run_bench_target
 
     kernels = tuple(dict.fromkeys(args.kernels))  # each once, in the order given
-    cfg = TargetBenchConfig(args.model_dir, tuple(args.threads), kernels, args.max_gamma, args.repeats, args.out)
+    cfg = TargetBenchConfig(
+        args.model_dir, tuple(args.threads), kernels, args.max_gamma, args.repeats, args.out, args.draft_dir
+    )
     run_bench_target(cfg)
     return 0
 

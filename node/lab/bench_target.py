@@ -35,7 +35,10 @@ DRIFT_WIDTH = 9  # the widest pass checked for drift (γ = 8)
 
 
 def weight_bytes(model: HFCausalLM) -> int:
-    """Bytes of the weights one pass must read (tied weights counted once)."""
+    """Bytes of the weights one pass must read (tied weights counted once; for a packed model, every
+    tensor but the embedding table, of which a pass reads only its tokens' rows)."""
+    if isinstance(getattr(getattr(model, "weights", None), "pass_bytes", None), int):
+        return model.weights.pass_bytes
     return sum(p.numel() * p.element_size() for p in model.model.parameters())
 
 
@@ -115,7 +118,9 @@ def run_bench_target(cfg: TargetBenchConfig) -> dict:
     bandwidth = {threads: read_bandwidth(threads) for threads in cfg.threads}
     floor_s = {threads: size / b for threads, b in bandwidth.items()}
     rows = [row for threads in cfg.threads for row in _rows(models, threads, cfg, floor_s[threads])]
+    draft = _draft_pass_ms(cfg) if cfg.draft_dir is not None else None
     report = {
+        "draft": draft,
         "model_dir": str(cfg.model_dir),
         "weight_bytes": size,
         "bandwidth_gb_s": {t: round(b / 1e9, 2) for t, b in bandwidth.items()},
@@ -129,6 +134,16 @@ def run_bench_target(cfg: TargetBenchConfig) -> dict:
     _print_report(report, cfg)
     write_json(cfg.out, report)
     return report
+
+
+def _draft_pass_ms(cfg: TargetBenchConfig) -> dict:
+    """The draft's one-position pass (a drafted token) at one thread, as a drafter peer runs it."""
+    import torch
+
+    torch.set_num_threads(1)
+    draft = load_model_dir(cfg.draft_dir, "draft", "skinny")[0]
+    by_width = interleaved_pass_ms({"draft": draft}, range(1, 2), cfg.repeats)["draft"]
+    return {"model_dir": str(cfg.draft_dir), "weight_bytes": weight_bytes(draft), "ms_per_token": round(by_width[1], 3)}
 
 
 def _print_report(report: dict, cfg: TargetBenchConfig) -> None:
@@ -147,3 +162,6 @@ def _print_report(report: dict, cfg: TargetBenchConfig) -> None:
             f"  {r['kernel']:<10}{r['threads']:>4}{r['t_target_1_ms']:>9}{r['t1_over_floor']:>8}{vs}"
             f"   drift {d['max_abs_drift']:.1e} ({d['argmax_flips']} flips over {d['width']})"
         )
+    if report["draft"] is not None:
+        d = report["draft"]
+        print(f"draft: {d['ms_per_token']} ms per drafted token, one thread ({d['weight_bytes'] / 1e6:.0f} MB read)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from node.lab.workload import WORKLOADS, Workload
 from node.model.kernels import KERNELS
-from node.model.pairs import DEFAULT_PAIR, SMOLLM2_TARGET_DIR, get_pair
+from node.model.pairs import DEFAULT_PAIR, QWEN_DRAFT_DIR, QWEN_TARGET_DIR, get_pair
 from verifier.proposal import DEFAULT_GAMMA
 
 MAX_DEMO_TOKENS = 256  # the tiny target has a 512-position window; the prompts take a few dozen
@@ -66,9 +66,10 @@ class P2PBenchConfig:
 
 @dataclass(frozen=True)
 class TargetBenchConfig:
-    model_dir: Path = SMOLLM2_TARGET_DIR  # any local HF causal-LM directory; default the converted SmolLM2-135M
+    model_dir: Path = QWEN_TARGET_DIR  # any local model directory; default the default pair's target
     threads: tuple[int, ...] = (1, 2)
     kernels: tuple[str, ...] = KERNELS  # node.model.kernels
     max_gamma: int = 8
     repeats: int = 15  # passes per timing; the median is reported
     out: Path = Path("bench_out/bench_target.json")
+    draft_dir: Path | None = QWEN_DRAFT_DIR  # its draft's ms per token is measured too (None: skipped)

@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 DEMO_DRAFTERS = ("honest", "honest", "lying", "garbage")  # two honest peers, two hostile ones
 DEMO_TEMPERATURE = 0.8
 DEMO_GAMMA = 4
+# drafters asked per job: one. Every drafter peer of the demo shares one core (procs.core_split); two
+# drafting for one job would halve each one's speed. The market still tries each peer (warm-up).
+DEMO_MAX_DRAFTERS = "1"
 CHEAT = "flip-token"
 VERDICT_TIMEOUT_S = 120.0
 REFEREE_OUTCOME_TIMEOUT_S = 30.0  # a resolved challenge: each referee has printed its outcome by now
@@ -171,9 +174,9 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair:
     spec, plain, cheat_spec, cheat_plain, *referee_nodes = group.start_all(
         [
             # --wait-budget 0: the demo measures speculation as such, not the market's fallback to plain
-            partial(target, "--max-drafters", "4", "--wait-budget", "0", name="target-spec"),
+            partial(target, "--max-drafters", DEMO_MAX_DRAFTERS, "--wait-budget", "0", name="target-spec"),
             partial(target, "--max-drafters", "0", name="target-plain"),
-            partial(target, "--max-drafters", "4", "--wait-budget", "0", *cheat, name="target-cheat-spec"),
+            partial(target, "--max-drafters", DEMO_MAX_DRAFTERS, "--wait-budget", "0", *cheat, name="target-cheat-spec"),
             partial(target, "--max-drafters", "0", *cheat, name="target-cheat-plain"),
             *referees,
         ]
@@ -339,7 +342,10 @@ def _measure_offchain(result: dict, pair, cfg: NetDemoConfig) -> None:
     params = SamplingParams(temperature=DEMO_TEMPERATURE)
     result["forgery"] = measure_forgery(model, tokenizer, prompt, params, cfg.forgery_samples).to_dict()
     step("in-process drafter at γ = 1, 2, 4, 8 (measured points for S against γ)")
-    result["local_sweep"] = local_sweep(pair, prompts, cfg.max_tokens, DEMO_TEMPERATURE)
+    work = cfg.workload
+    swept = prompts[: work.sweep] if work.sweep else prompts
+    result["local_sweep"] = local_sweep(pair, swept, cfg.max_tokens, DEMO_TEMPERATURE, repeats=work.sweep_repeats)
+    result["local_sweep_runs"] = {"prompts": len(swept), "of": len(prompts), "repeats": work.sweep_repeats}
 
 
 def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:

@@ -65,6 +65,7 @@ def local_sweep(
     max_tokens: int,
     temperature: float,
     gammas: Sequence[int] = SWEEP_GAMMAS,
+    repeats: int = SWEEP_REPEATS,
 ) -> list[dict]:
     """One {gamma, alpha, omega, speedup, identical, tokens_per_round} point per γ, on prompt token
     ids; the speed-up is against plain decoding, each configuration timed SWEEP_REPEATS times
@@ -75,7 +76,7 @@ def local_sweep(
     base = GenerateConfig(prompt="", max_new_tokens=max_tokens, params=params)  # the pair is given, loaded
     best: dict[int, dict] = {}
     try:
-        for _ in range(SWEEP_REPEATS):
+        for _ in range(repeats):
             for g, changes in _configs(gammas).items():
                 run = _run(pair, base, prompts, **changes)
                 if g not in best or run["wall_seconds"] < best[g]["wall_seconds"]:

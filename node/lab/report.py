@@ -331,13 +331,16 @@ def _goals(fit: dict, points: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _sweep(points: list[dict]) -> str:
+def _sweep(points: list[dict], runs: dict | None) -> str:
+    subset = ""
+    if runs is not None and runs["prompts"] < runs["of"]:
+        subset = f" (the first {runs['prompts']} of the {runs['of']} prompts, {runs['repeats']} run each: a pass is slow)"
     rows = [
         [p["gamma"], p["omega"], p["alpha"], f"{p['speedup']}×", "yes" if p["identical"] else "**NO**"] for p in points
     ]
     header = ["γ", "Ω (tokens / pass)", "α", "speed-up vs plain", "same tokens as plain"]
     return (
-        "The same pair, prompts and seeds decoded in the demo process with the in-process drafter (no "
+        f"The same pair, prompts{subset} and seeds decoded in the demo process with the in-process drafter (no "
         f"network round trip; one torch thread, as the targets):\n\n{_table(header, rows)}"
     )
 
@@ -360,7 +363,7 @@ def render(result: dict, rows: dict[str, dict], fit: dict, sizing: dict[str, Bon
         "## Bond sizing\n\n" + _bond(sizing, result),
         "## Theory against the run\n\n" + _theory(fit),
         "### The goals\n\n" + _goals(fit, result["local_sweep"]),
-        _sweep(result["local_sweep"]),
+        _sweep(result["local_sweep"], result.get("local_sweep_runs")),
         "![Ω convergence](omega_convergence.png)\n\n![S against γ](speedup_vs_gamma.png)\n\n"
         "The [interactive simulator](simulator.html) (open it in a browser; it works offline) runs these rounds "
         "one at a time and draws S(γ) for any α, c and v, with this run's measurements preselected.",

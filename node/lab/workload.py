@@ -51,10 +51,15 @@ class Workload:
     bench: tuple[str, ...]  # bench-local and bench-p2p
     local_demo: tuple[str, ...]  # specmarket demo
     net_demo: tuple[str, ...]  # specmarket demo-net / make demo
+    sweep: int = 0  # demo-net's in-process γ sweep runs on the first `sweep` of net_demo (0: all)
+    sweep_repeats: int = 3  # interleaved; the fastest run of each configuration is kept
 
 
 WORKLOADS = {
-    "qwen2.5-coder": Workload(chat=True, bench=QWEN_PROMPTS, local_demo=QWEN_PROMPTS[:3], net_demo=QWEN_PROMPTS[:6]),
+    # a 1.5B target pass costs ~0.25 s: the γ sweep (plain and four γ, in process) takes two prompts once
+    "qwen2.5-coder": Workload(
+        chat=True, bench=QWEN_PROMPTS, local_demo=QWEN_PROMPTS[:3], net_demo=QWEN_PROMPTS[:6], sweep=2, sweep_repeats=1
+    ),
     "smollm2": Workload(chat=True, bench=CHAT_PROMPTS, local_demo=CHAT_PROMPTS[:3], net_demo=CHAT_PROMPTS[:4]),
     "tiny": Workload(
         chat=False, bench=CODE_PROMPTS, local_demo=CODE_PROMPTS[:3], net_demo=(*CODE_PROMPTS[:3], PARSE_ARGS_PROMPT)

@@ -165,6 +165,10 @@ class PackedWeights:
     def parameter_count(self) -> int:
         return sum(int(np.prod(e.shape)) for name, e in self._entries.items() if not name.endswith(SCALE_SUFFIX))
 
+    def pass_bytes(self) -> int:
+        """Bytes one forward pass reads: every tensor but the embedding, of which it reads a few rows."""
+        return sum(e.nbytes for name, e in self._entries.items() if name != "model.embed_tokens.weight")
+
     def holds(self, tensor) -> bool:
         """Whether ``tensor``'s memory lies inside the mapped file (a view of it, not a copy)."""
         base = np.frombuffer(self._map, dtype=np.uint8).ctypes.data

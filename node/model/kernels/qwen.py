@@ -62,7 +62,7 @@ class PackedQwenWeights:
         self.norm = RMSNorm(packed.tensor("model.norm.weight"), float(cfg["rms_norm_eps"]), lib)
         self.head = _linear(packed, "lm_head.weight", cfg["vocab_size"], d, lib)
         self.theta = float(cfg["rope_theta"])
-        self.parameter_count = packed.parameter_count()
+        self.parameter_count, self.pass_bytes = packed.parameter_count(), packed.pass_bytes()
         self._tables = (torch.empty(0, self.head_dim), torch.empty(0, self.head_dim))
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:  # [M] -> [M, d] fp32 (widening is exact)
