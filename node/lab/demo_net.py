@@ -169,14 +169,15 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair:
     target_cpus, drafter_cpus = core_split()
     target = partial(start_target, work, *chain_args, "--gamma", str(DEMO_GAMMA), pair=pair, cpus=target_cpus)
     cheat = ("--cheat", CHEAT)
+    speculating = ("--max-drafters", DEMO_MAX_DRAFTERS, "--wait-budget", "0")
     referees = _referee_starters(work, chain_args, pair)
     step(f"starting 4 bonded targets and {len(referees)} referee processes (each loads its models: about a minute)")
     spec, plain, cheat_spec, cheat_plain, *referee_nodes = group.start_all(
         [
             # --wait-budget 0: the demo measures speculation as such, not the market's fallback to plain
-            partial(target, "--max-drafters", DEMO_MAX_DRAFTERS, "--wait-budget", "0", name="target-spec"),
+            partial(target, *speculating, name="target-spec"),
             partial(target, "--max-drafters", "0", name="target-plain"),
-            partial(target, "--max-drafters", DEMO_MAX_DRAFTERS, "--wait-budget", "0", *cheat, name="target-cheat-spec"),
+            partial(target, *speculating, *cheat, name="target-cheat-spec"),
             partial(target, "--max-drafters", "0", *cheat, name="target-cheat-plain"),
             *referees,
         ]

@@ -334,7 +334,7 @@ def _goals(fit: dict, points: list[dict]) -> str:
 def _sweep(points: list[dict], runs: dict | None) -> str:
     subset = ""
     if runs is not None and runs["prompts"] < runs["of"]:
-        subset = f" (the first {runs['prompts']} of the {runs['of']} prompts, {runs['repeats']} run each: a pass is slow)"
+        subset = f" (the first {runs['prompts']} of the {runs['of']} prompts, {runs['repeats']} run(s) each)"
     rows = [
         [p["gamma"], p["omega"], p["alpha"], f"{p['speedup']}×", "yes" if p["identical"] else "**NO**"] for p in points
     ]
