@@ -51,23 +51,28 @@ def test_skinny_rows_do_not_depend_on_the_pass_width_succeeds(n, k):
 
 
 @pytest.mark.skipif(not kernels.has_wide_path(), reason="this CPU has no AVX-512 (the AVX2 path is the only one)")
+@pytest.mark.parametrize("dtype", ["f16", "i8"])
 @pytest.mark.parametrize("n,k", [(5, 8), (13, 576), (2048, 1536), (4099, 64), (37, 8960)])
-def test_wide_path_gives_the_avx2_paths_bits_succeeds(n, k):
-    """The float16 product's AVX-512 path and its AVX2 path agree bit for bit, for every pass width up
-    to and past a wide tile (12 rows): a referee on a machine without AVX-512 computes the same logits."""
+def test_wide_path_gives_the_avx2_paths_bits_succeeds(n, k, dtype):
+    """The AVX-512 path of the float16 (and a draft's int8) product and its AVX2 path agree bit for
+    bit, for every pass width up to and past a wide tile (12 rows): a referee on a machine without
+    AVX-512 computes the same logits."""
     torch.manual_seed(n + k)
-    weight = torch.randn(n, k).half().float()
-    blocks = -(-n // library().skinny_rows_per_block())
-    packed = torch.empty(blocks * library().skinny_rows_per_block() * k)
+    weights = {"f16": lambda: torch.randn(n, k).half().float(), "i8": lambda: torch.randint(-127, 128, (n, k)).float()}
+    weight = weights[dtype]()
+    block = library().skinny_rows_per_block()
+    packed = torch.empty(-(-n // block) * block * k)
     library().skinny_pack(weight.data_ptr(), packed.data_ptr(), n, k)
-    packed = packed.half()
+    packed = packed.half() if dtype == "f16" else packed.to(torch.int8)
+    paths = (getattr(library(), f"skinny_gemm_{dtype}"), getattr(library(), f"skinny_gemm_{dtype}_wide"))
     for rows in (1, 2, 3, 5, 9, 12, 13, SKINNY_MAX_ROWS, 40):
         x = torch.randn(rows, k)
         outs = [torch.empty(rows, n), torch.empty(rows, n)]
-        for fn, out in zip((library().skinny_gemm_f16, library().skinny_gemm_f16_wide), outs, strict=True):
+        for fn, out in zip(paths, outs, strict=True):
             fn(x.data_ptr(), packed.data_ptr(), out.data_ptr(), rows, n, k)
         assert torch.equal(outs[0], outs[1]), rows
-        assert float((outs[1] - x @ weight.T).abs().max()) < ATOL * max(1.0, k**0.5 / 8)
+        scale = float(weight.abs().max())
+        assert float((outs[1] - x @ weight.T).abs().max()) < ATOL * scale * max(1.0, k**0.5 / 8)
 
 
 def test_isa_override_keeps_the_avx2_path_succeeds(monkeypatch):

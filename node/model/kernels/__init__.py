@@ -42,6 +42,7 @@ REQUIRED_CPU_FLAGS = ("avx2", "fma", "f16c")
 WIDE_CPU_FLAGS = ("avx512f", "avx512dq", "avx512vl")  # the float16 product's AVX-512 path (same bits)
 ISA_ENV = "SPECMARKET_KERNEL_ISA"  # "avx2" keeps the AVX2 path on an AVX-512 machine (benchmarks, tests)
 LANES = 8  # floats per AVX2 register: the kernel needs K to be a multiple
+ROWS_PER_BLOCK = 4  # skinny_gemm.c's: weight rows per packed block (node.model.packed writes the same)
 SKINNY_MAX_ROWS = MAX_GAMMA + 1  # the widest verification pass; wider inputs use torch's kernel
 COMPILE_TIMEOUT_S = 120
 
@@ -96,6 +97,7 @@ def library() -> ctypes.CDLL:
     lib.skinny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_gemm_f16.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_gemm_i8.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
+    lib.skinny_gemm_i8_wide.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_gemm_f16_wide.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_rows_per_block.restype = ctypes.c_int
     lib.skinny_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
@@ -119,3 +121,8 @@ def f16_gemm(lib: ctypes.CDLL):
     """The float16 product for this CPU: AVX-512 where it has it, else AVX2, bit-identical either way
     (skinny_gemm.c; tests/test_kernels.py checks it wherever both run)."""
     return lib.skinny_gemm_f16_wide if has_wide_path() else lib.skinny_gemm_f16
+
+
+def i8_gemm(lib: ctypes.CDLL):
+    """The int8 product (a draft's weights, unscaled) for this CPU, like ``f16_gemm``."""
+    return lib.skinny_gemm_i8_wide if has_wide_path() else lib.skinny_gemm_i8

@@ -6,7 +6,7 @@ import ctypes
 
 import torch
 
-from node.model.kernels import LANES, SKINNY_MAX_ROWS, f16_gemm
+from node.model.kernels import LANES, SKINNY_MAX_ROWS, f16_gemm, i8_gemm
 
 
 def is_exact_in_float16(weight: torch.Tensor) -> bool:
@@ -103,13 +103,13 @@ class PackedLinear:
         if (packed.dtype == torch.int8) != (scales is not None):
             raise ValueError("int8 weights need their row scales (and float16 ones have none)")
         self.packed, self.out_features, self.in_features, self.scales = packed, out_features, in_features, scales
-        self._gemm = lib.skinny_gemm_i8 if scales is not None else f16_gemm(lib)
+        self._gemm = i8_gemm(lib) if scales is not None else f16_gemm(lib)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, N]
         flat = x.reshape(-1, self.in_features).contiguous()
-        rows, n, k = flat.shape[0], self.out_features, self.in_features
-        out = torch.empty(rows, n, dtype=torch.float32)
-        self._gemm(flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), rows, n, k)
+        m, n, k = flat.shape[0], self.out_features, self.in_features
+        out = torch.empty(m, n, dtype=torch.float32)
+        self._gemm(flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), m, n, k)
         if self.scales is not None:
-            out *= self.scales[:n]
+            out *= self.scales
         return out

@@ -142,17 +142,26 @@ void skinny_gemm_i8(const float *x, const int8_t *packed, float *out, int m_rows
 #define WIDE_X_ROWS 12 /* 2 x 12 accumulators + 2 weight vectors + 1 x vector fit 32 registers */
 #define WIDE __attribute__((target("avx2,fma,f16c,avx512f,avx512dq,avx512vl")))
 
-static inline WIDE __attribute__((always_inline)) void wide_tile(const uint16_t *block, const float *x, float *out,
+/* 16 weights (two rows' 8 lanes) from element i of a block, widened exactly to fp32 */
+static inline WIDE __m512 wide_load_f16(const void *w, size_t i) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
+}
+static inline WIDE __m512 wide_load_i8(const void *w, size_t i) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)w + i))));
+}
+typedef __m512 (*wide_load_fn)(const void *, size_t);
+
+static inline WIDE __attribute__((always_inline)) void wide_tile(const void *block, const float *x, float *out,
                                                                  int groups, int k, int n_rows, int n0, int m0,
-                                                                 const int X_ROWS) {
+                                                                 const int X_ROWS, const wide_load_fn LOAD) {
     __m512 acc[2][WIDE_X_ROWS];
     for (int p = 0; p < 2; p++)
         for (int j = 0; j < X_ROWS; j++) acc[p][j] = _mm512_setzero_ps();
     const float *xm = x + (size_t)m0 * k;
     for (int g = 0; g < groups; g++) {
-        const uint16_t *wg = block + (size_t)g * ROWS_PER_BLOCK * LANES;
-        __m512 w01 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)wg));      /* rows 0 and 1 */
-        __m512 w23 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wg + 16))); /* rows 2 and 3 */
+        size_t wg = (size_t)g * ROWS_PER_BLOCK * LANES;
+        __m512 w01 = LOAD(block, wg);      /* rows 0 and 1 */
+        __m512 w23 = LOAD(block, wg + 16); /* rows 2 and 3 */
         for (int j = 0; j < X_ROWS; j++) {
             __m512 xv = _mm512_broadcast_f32x8(_mm256_loadu_ps(xm + (size_t)j * k + g * LANES));
             acc[0][j] = _mm512_fmadd_ps(w01, xv, acc[0][j]);
@@ -170,31 +179,45 @@ static inline WIDE __attribute__((always_inline)) void wide_tile(const uint16_t 
         }
 }
 
-typedef void (*wide_fn)(const uint16_t *, const float *, float *, int, int, int, int, int);
-#define WIDE_TILE(X)                                                                                      \
-    static WIDE void wide_tile_##X(const uint16_t *b, const float *x, float *o, int g, int k, int n, int n0, \
-                                   int m0) {                                                              \
-        wide_tile(b, x, o, g, k, n, n0, m0, X);                                                           \
+typedef void (*wide_fn)(const void *, const float *, float *, int, int, int, int, int);
+#define WIDE_TILE(T, X)                                                                                   \
+    static WIDE void wide_tile_##T##_##X(const void *b, const float *x, float *o, int g, int k, int n, int n0, \
+                                         int m0) {                                                        \
+        wide_tile(b, x, o, g, k, n, n0, m0, X, wide_load_##T);                                            \
     }
-WIDE_TILE(1) WIDE_TILE(2) WIDE_TILE(3) WIDE_TILE(4) WIDE_TILE(5) WIDE_TILE(6)
-WIDE_TILE(7) WIDE_TILE(8) WIDE_TILE(9) WIDE_TILE(10) WIDE_TILE(11) WIDE_TILE(12)
-static const wide_fn WIDE_TILES[WIDE_X_ROWS + 1] = {0, wide_tile_1, wide_tile_2, wide_tile_3, wide_tile_4,
-                                                    wide_tile_5, wide_tile_6, wide_tile_7, wide_tile_8,
-                                                    wide_tile_9, wide_tile_10, wide_tile_11, wide_tile_12};
+#define WIDE_TILES_OF(T)                                                                                  \
+    WIDE_TILE(T, 1) WIDE_TILE(T, 2) WIDE_TILE(T, 3) WIDE_TILE(T, 4) WIDE_TILE(T, 5) WIDE_TILE(T, 6)      \
+    WIDE_TILE(T, 7) WIDE_TILE(T, 8) WIDE_TILE(T, 9) WIDE_TILE(T, 10) WIDE_TILE(T, 11) WIDE_TILE(T, 12)   \
+    static const wide_fn WIDE_TILES_##T[WIDE_X_ROWS + 1] = {                                              \
+        0, wide_tile_##T##_1, wide_tile_##T##_2, wide_tile_##T##_3, wide_tile_##T##_4, wide_tile_##T##_5, \
+        wide_tile_##T##_6, wide_tile_##T##_7, wide_tile_##T##_8, wide_tile_##T##_9, wide_tile_##T##_10,   \
+        wide_tile_##T##_11, wide_tile_##T##_12};
+WIDE_TILES_OF(f16)
+WIDE_TILES_OF(i8)
 
 /* Whether this build has the AVX-512 path (the caller still checks the CPU's flags). */
 int skinny_has_wide(void) { return 1; }
 
-/* skinny_gemm_f16 on AVX-512: the same result, bit for bit. */
-WIDE void skinny_gemm_f16_wide(const float *x, const uint16_t *packed, float *out, int m_rows, int n_rows, int k) {
+static WIDE void wide_gemm(const void *packed, size_t weight_bytes, const wide_fn *tiles, const float *x, float *out,
+                           int m_rows, int n_rows, int k) {
     int groups = k / LANES, blocks = (n_rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     for (int b = 0; b < blocks; b++) {
-        const uint16_t *block = packed + (size_t)b * groups * ROWS_PER_BLOCK * LANES;
+        const char *block = (const char *)packed + (size_t)b * groups * ROWS_PER_BLOCK * LANES * weight_bytes;
         for (int m0 = 0; m0 < m_rows; m0 += WIDE_X_ROWS) {
             int rows = m_rows - m0 < WIDE_X_ROWS ? m_rows - m0 : WIDE_X_ROWS;
-            WIDE_TILES[rows](block, x, out, groups, k, n_rows, b * ROWS_PER_BLOCK, m0);
+            tiles[rows](block, x, out, groups, k, n_rows, b * ROWS_PER_BLOCK, m0);
         }
     }
+}
+
+/* skinny_gemm_f16 on AVX-512: the same result, bit for bit. */
+WIDE void skinny_gemm_f16_wide(const float *x, const uint16_t *packed, float *out, int m_rows, int n_rows, int k) {
+    wide_gemm(packed, sizeof(uint16_t), WIDE_TILES_f16, x, out, m_rows, n_rows, k);
+}
+
+/* skinny_gemm_i8 on AVX-512: the same result, bit for bit (int8 widens exactly, then the same FMAs). */
+WIDE void skinny_gemm_i8_wide(const float *x, const int8_t *packed, float *out, int m_rows, int n_rows, int k) {
+    wide_gemm(packed, sizeof(int8_t), WIDE_TILES_i8, x, out, m_rows, n_rows, k);
 }
 
 /* The small per-row ops of a Llama layer, row by row, so that a row's result does not depend on the
