@@ -118,6 +118,7 @@ def check_report(out, result: dict) -> None:
     shown = ", ".join(str(w["target_positions"]) for w in work)
     assert f"| referees' re-execution of the disputed step: positions (each referee) | {shown} | {shown} |" in report
     assert "--quick" in report and "(identical)" in report
+    assert result["memory"]["tree_pss_peak_gib"] > 0 and f"{result['memory']['tree_pss_peak_gib']} GiB" in report
 
 
 def test_interrupted_demo_stops_every_process(tmp_path):

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from node.client.http import http_json
 from node.lab.config import NetDemoConfig
+from node.lab.memory import MemoryPeak
 from node.lab.procs import (
     STARTUP_TIMEOUT_S,
     NodeProcess,
@@ -391,8 +392,14 @@ def run_demo_net(cfg: NetDemoConfig) -> int:
 
     cfg = cfg.effective()
     started = time.perf_counter()
-    with sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="specmarket_demo_") as tmp, ProcessGroup() as group:
+    with (
+        sigterm_unwinds(),
+        tempfile.TemporaryDirectory(prefix="specmarket_demo_") as tmp,
+        ProcessGroup() as group,
+        MemoryPeak() as memory,
+    ):
         result = _run(cfg, Path(tmp), group)
+    result["memory"] = memory.report()
     result["setup"] = {
         "mode": "quick" if cfg.quick else "full",
         "pair": cfg.pair,

@@ -281,6 +281,17 @@ def _intro(s: dict) -> str:
     )
 
 
+def _memory(memory: dict | None) -> str:
+    if not memory:
+        return ""
+    return (
+        f"\n\nMemory: the demo's processes (every target, referee, drafter peer and the demo itself) held at "
+        f"most **{memory['tree_pss_peak_gib']} GiB** together (summed PSS: the memory-mapped weights they share "
+        f"count once), and the machine's memory in use peaked {memory['system_used_peak_above_idle_gib']} GiB "
+        f"above its idle {memory['system_used_idle_gib']} GiB (goal ≤ 12 GiB above idle)."
+    )
+
+
 def _theory(fit: dict) -> str:
     verdict = "bought" if fit["speedup"] > 1 else "did not buy"
     return (
@@ -354,7 +365,7 @@ def render(result: dict, rows: dict[str, dict], fit: dict, sizing: dict[str, Bon
     )
     sections = [
         "# specmarket: the thesis, measured",
-        _intro(result["setup"]),
+        _intro(result["setup"]) + _memory(result.get("memory")),
         "## With and without speculation\n\n" + _headline(rows, result),
         "![with and without speculation](with_without.png)",
         f"## Drafter peers\n\n{drafters}\n\n{_drafters(result)}",
