@@ -45,6 +45,7 @@ from node.lab.procs import (
 from node.lab.workload import MODES, ask, prompt_ids
 from node.model.pairs import get_pair
 from node.runtime.lifecycle import sigterm_unwinds
+from node.target.config import TargetConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,8 @@ CHEAT = "flip-token"
 VERDICT_TIMEOUT_S = 120.0
 REFEREE_OUTCOME_TIMEOUT_S = 30.0  # a resolved challenge: each referee has printed its outcome by now
 DRAFTERS_TIMEOUT_S = 60.0
-WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 8
+MAX_WARM_UP_JOBS_PER_DRAFTER = 3
+WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 16
 
 
 def step(message: str) -> None:
@@ -208,14 +210,19 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair:
 
 def _warm_up(urls: dict, cfg: NetDemoConfig) -> None:
     """Short requests, not counted: a target's first job opens its drafter sessions and fills its
-    caches. A job asks at most one untried drafter, so the speculating target is warmed until every
-    drafter has had its trial (at most one request per drafter, each with its own seed: a repeated
-    request is replayed from the receipt store, not decoded). The report says so."""
+    caches. A job asks at most one untried drafter, and while no drafter is judged (the target's
+    ``judge_after_tokens`` offered tokens) a job's one slot goes to the least tried peer, hostile
+    ones included. So the speculating target is warmed until every drafter has had its trial and
+    one that is not benched has been judged: the measured prompts then see the market in its
+    steady state (each request has its own seed: a repeated one is replayed from the receipt
+    store, not decoded). The report says so."""
     _ask(urls["plain"], cfg, WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS)
-    for i in range(len(urls["drafters"])):
+    judge_after = TargetConfig.judge_after_tokens  # the speculating target runs with the default
+    for i in range(MAX_WARM_UP_JOBS_PER_DRAFTER * len(urls["drafters"])):
         _ask(urls["spec"], cfg, WARM_UP_PROMPT, WARM_UP_SEED + i, WARM_UP_TOKENS)
-        rows = http_json(f"{urls['spec']}/health")["drafters"]
-        if len(rows) >= len(urls["drafters"]) and all(row["jobs"] for row in rows.values()):
+        rows = list(http_json(f"{urls['spec']}/health")["drafters"].values())
+        tried = len(rows) >= len(urls["drafters"]) and all(row["jobs"] for row in rows)
+        if tried and any(max(r["offered"], r["proposed"]) >= judge_after and not r["benched"] for r in rows):
             break
 
 
@@ -412,7 +419,8 @@ def run_demo_net(cfg: NetDemoConfig) -> int:
         "drafters": list(DEMO_DRAFTERS),
         "cpus": os.cpu_count(),
         "warm_up": f"{WARM_UP_TOKENS}-token requests before the measured prompts, not counted: one to the plain "
-        "target, and to the speculating one until every drafter had its trial (a job asks one untried drafter)",
+        "target, and to the speculating one until every drafter had its trial and one drafter not benched was "
+        "judged (so no measured prompt is spent exploring)",
         "demo_seconds": round(time.perf_counter() - started, 1),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
