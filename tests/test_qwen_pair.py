@@ -8,7 +8,8 @@
   decoding's rows (a one-pass prefill, then one-position steps), verification-width passes, a
   challenger's teacher-forced re-execution of the whole answer, and a referee's one-step replay of
   a disputed position: all run the packed model's one kernel, row by row, so the drift between any
-  two is exactly 0 (the band, TOLERANCE_DELTA, is never even approached).
+  two is exactly 0 (the band, TOLERANCE_DELTA, is never even approached). Measured on the ten
+  T = 0 requests (logits do not depend on T).
 - Exactness: the first emitted token of a one-draft round under the honest, lying and random
   proposers, for as many seeds as catch a deviation of Cohen's w = 0.1 with power 0.99, against
   the target's real next-token distribution at T = 1 (chi-square, p > 1e-3).
@@ -28,7 +29,7 @@ from verifier.model import score
 from verifier.params import SamplingParams, token_probs
 from verifier.verify import noisy_scores, verify
 
-pytestmark = pytest.mark.slow(seconds=150)  # scheduled first (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=180)  # scheduled first (tests/conftest.py)
 
 PROMPTS = [
     "Write a Python function that checks whether a number is prime.",
@@ -63,7 +64,7 @@ def _replays(target, ids: list[int], tokens: list[int]) -> dict[str, np.ndarray]
     first = verifier.extend(ids)[-1:]
     passes = [verifier.extend(tokens[i : i + GAMMA + 1]) for i in range(0, n - 1, GAMMA + 1)]
     verified = np.concatenate([first, *passes])[:n]
-    challenger = score(target.fork(), [*ids, *tokens])[0][len(ids) - 1 : len(ids) - 1 + n]
+    challenger = score(target.fork(), ids, tokens[:-1])[0]  # one teacher-forced pass over the answer
     k = n // 2  # a referee replays one disputed step: the prompt and the output before it, one pass
     referee = score(target.fork(), [*ids, *tokens[:k]])[0][-1:]
     return {"verification passes": verified, "challenger": challenger, "referee": referee}
@@ -72,7 +73,12 @@ def _replays(target, ids: list[int], tokens: list[int]) -> dict[str, np.ndarray]
 def test_speculative_equals_plain_and_every_party_computes_the_same_bits(qwen_pair):
     drifts: dict[str, float] = {}
 
+    seen: list[int] = []
+
     def on_plain(ids: list[int], tokens: list[int], rows: np.ndarray) -> None:
+        seen.append(len(seen))
+        if len(seen) > len(PROMPTS):  # logits do not depend on T: the replays run on the T = 0 requests
+            return
         for party, got in _replays(qwen_pair.target, ids, tokens).items():
             want = rows[len(tokens) // 2 : len(tokens) // 2 + 1] if party == "referee" else rows
             drifts[party] = max(drifts.get(party, 0.0), float(np.max(np.abs(got - want))))
