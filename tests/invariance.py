@@ -91,3 +91,31 @@ def check_invariance(
                 record = f"T={temperature} prompt#{seed} {name}: token {k} differs, margin {margin:.2e}"
                 (report.near_ties if margin < TOLERANCE_DELTA else report.failures).append(record)
     return report
+
+
+def check_first_token_fit(name: str, target_logits: np.ndarray, draft_logits: np.ndarray) -> None:
+    """Exactness on a real next-token distribution: the first emitted token of a one-draft round
+    under proposer ``name`` (honest, random, adversarial or lying), for as many seeds as catch a
+    deviation of Cohen's w = 0.1 with power 0.99, against the target's distribution at T = 1
+    (chi-square, p > 1e-3: tests/stats.py). ``*_logits``: [V]."""
+    from tests.stats import check_fit, samples_for_power
+    from verifier.params import token_probs
+    from verifier.verify import noisy_scores, verify
+
+    params = SamplingParams(temperature=1.0)
+    probs = token_probs(target_logits, params)
+    wanted = int(np.argsort(probs)[-20])  # a plausible but unlikely token a liar forces
+    rng = np.random.default_rng(0)
+    rows = np.stack([target_logits, target_logits])  # [γ+1, V]; the bonus row is not examined
+
+    def draft(seed: int) -> int:
+        if name == "honest":  # the coupled draft with the same Gumbel noise
+            return int(np.argmax(noisy_scores(draft_logits, params, seed, 0)))
+        if name == "random":
+            return int(rng.integers(target_logits.size))
+        return int(np.argmin(target_logits)) if name == "adversarial" else wanted
+
+    expected = dict(enumerate(probs))
+    n = samples_for_power(expected)
+    firsts = [verify(rows, [draft(s)], params=params, seed=s, start=0).tokens[0] for s in range(n)]
+    check_fit(firsts, expected, name)

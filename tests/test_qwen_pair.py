@@ -23,11 +23,8 @@ import numpy as np
 import pytest
 
 from node.lab.workload import prompt_ids
-from tests.invariance import check_invariance
-from tests.stats import check_fit, samples_for_power
+from tests.invariance import check_first_token_fit, check_invariance
 from verifier.model import score
-from verifier.params import SamplingParams, token_probs
-from verifier.verify import noisy_scores, verify
 
 pytestmark = pytest.mark.slow(seconds=180)  # scheduled first (tests/conftest.py)
 
@@ -103,22 +100,7 @@ def next_token(qwen_pair):
 
 @pytest.mark.parametrize("name", ["honest", "lying", "random"])
 def test_first_token_matches_the_real_target_distribution(name, next_token):
-    target_logits, draft_logits = next_token
-    params = SamplingParams(temperature=1.0)
-    probs = token_probs(target_logits, params)
-    wanted = int(np.argsort(probs)[-20])  # a plausible but unlikely token a liar forces
-    rng = np.random.default_rng(0)
-    rows = np.stack([target_logits, target_logits])  # [γ+1, V]; the bonus row is not examined
-
-    def draft(seed: int) -> int:
-        if name == "honest":  # the coupled draft with the same Gumbel noise
-            return int(np.argmax(noisy_scores(draft_logits, params, seed, 0)))
-        return wanted if name == "lying" else int(rng.integers(target_logits.size))
-
-    expected = dict(enumerate(probs))
-    n = samples_for_power(expected)
-    firsts = [verify(rows, [draft(s)], params=params, seed=s, start=0).tokens[0] for s in range(n)]
-    check_fit(firsts, expected, name)
+    check_first_token_fit(name, *next_token)
 
 
 def test_the_pair_is_the_pinned_models(qwen_pair):

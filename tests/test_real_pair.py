@@ -18,12 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.invariance import check_invariance
-from tests.stats import check_fit, samples_for_power
+from tests.invariance import check_first_token_fit, check_invariance
 from verifier.model import score
-from verifier.params import SamplingParams, token_probs
 from verifier.tolerance import TOLERANCE_DELTA
-from verifier.verify import noisy_scores, verify
 
 pytestmark = pytest.mark.slow(seconds=170)  # scheduled first (tests/conftest.py)
 
@@ -103,24 +100,7 @@ def real_next_token(real_pair):
 
 @pytest.mark.parametrize("name", ["honest", "random", "adversarial", "lying"])
 def test_first_token_matches_the_real_target_distribution(name, real_next_token):
-    target_logits, draft_logits = real_next_token
-    params = SamplingParams(temperature=1.0)
-    probs = token_probs(target_logits, params)
-    wanted = int(np.argsort(probs)[-20])  # a plausible but unlikely token to force
-    rng = np.random.default_rng(0)
-    rows = np.stack([target_logits, target_logits])  # [γ+1, V]; the bonus row is not examined
-
-    def draft(seed: int) -> int:
-        if name == "honest":  # the coupled draft with the same Gumbel noise
-            return int(np.argmax(noisy_scores(draft_logits, params, seed, 0)))
-        if name == "random":
-            return int(rng.integers(target_logits.size))
-        return int(np.argmin(target_logits)) if name == "adversarial" else wanted
-
-    expected = dict(enumerate(probs))
-    n = samples_for_power(expected)
-    firsts = [verify(rows, [draft(s)], params=params, seed=s, start=0).tokens[0] for s in range(n)]
-    check_fit(firsts, expected, name)
+    check_first_token_fit(name, *real_next_token)
 
 
 def test_a_chat_answer_ends_at_the_end_of_the_turn(real_pair):

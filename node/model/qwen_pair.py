@@ -178,17 +178,14 @@ def gguf_config(reader) -> dict:
 
 
 def convert(gguf: Path, parts: PartSet, out_dir: Path) -> Path:
-    """Convert ``gguf`` into a packed directory ``out_dir`` (skipped when an intact conversion of
-    the same GGUF is there); the record with the model hash is written last, then renamed into place."""
+    """Convert ``gguf`` into a packed directory ``out_dir`` (``prepare`` has found no intact
+    conversion there); the record with the model hash is written last, then renamed into place."""
     from gguf import GGUFReader
     from transformers import AutoTokenizer
 
-    from node.model.loading import is_converted, model_hash
+    from node.model.loading import model_hash
     from node.model.packed import write_packed
 
-    if is_converted(out_dir, parts.sha256, parts.quant or "float16"):
-        log.info("%s is already converted (gguf sha256 %s)", out_dir, parts.sha256)
-        return out_dir
     log.info("converting %s into %s", gguf.name, out_dir)
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -210,6 +207,7 @@ def prepare(parts: PartSet, models_dir: Path = CACHE_DIR) -> Path:
 
     out_dir = models_dir / parts.name
     if is_converted(out_dir, parts.sha256, parts.quant or "float16"):
+        log.info("%s is already converted (gguf sha256 %s)", out_dir, parts.sha256)
         return out_dir
     fetch(parts)
     return convert(assemble(parts), parts, out_dir)
