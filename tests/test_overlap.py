@@ -8,6 +8,7 @@ what the overlap did (early drafts used, stale ones ignored), so the equalities 
 from __future__ import annotations
 
 import time
+import urllib.error
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -101,12 +102,30 @@ def test_an_overlapping_drafter_changes_nothing_but_the_wait(portal, target, tmp
                 stats["target_pass_ms_per_round"] > 0
                 and stats["draft_wait_ms_max"] <= GENEROUS_DEADLINE_MS + WAIT_SLACK_MS
             )
+            check_round_records(target, ext)
             hits.append(stats["draft_early_hits"])
             if seed + 1 >= len(PROMPTS) and sum(hits) >= MIN_EARLY_HITS[temperature]:
                 break
         health = http_json(f"{target.lines['http'][0]}/health")["drafters"][honest.peer_id]
     assert health["timeouts"] == 0 and health["errors"] == 0, health
     assert sum(hits) >= MIN_EARLY_HITS[temperature], hits
+
+
+def check_round_records(node, ext: dict) -> None:
+    """The job's rounds (``GET /api/jobs/{id}/rounds``) add up to its stats."""
+    http, stats = node.lines["http"][0], ext["stats"]
+    rounds = http_json(f"{http}/api/jobs/{ext['job']}/rounds")["rounds"]
+    kinds = [r["kind"] for r in rounds]
+    assert len(rounds) == stats["draft_rounds"] and kinds.count("alone") == stats["draft_empty_rounds"], kinds
+    assert kinds.count("early") == stats["draft_early_hits"] and kinds.count("answer") == stats["draft_answers"]
+    assert sum(r["drafted"] for r in rounds) == stats["draft_tokens_proposed"]
+    assert sum(r["accepted"] for r in rounds) == stats["draft_tokens_accepted"]
+    assert [r["k"] for r in rounds] == sorted({r["k"] for r in rounds}), "one record per round, in order"
+    for r in rounds:
+        assert 0 <= r["accepted"] <= r["drafted"] and r["verify_ms"] > 0 and r["wait_ms"] >= 0, r
+        assert r["draft_ms"] >= 0 and r["transport_ms"] >= 0 and (r["kind"] == "answer" or r["draft_ms"] == 0), r
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        http_json(f"{http}/api/jobs/no-such-job/rounds")
 
 
 def test_without_overlap_no_early_drafts(portal, target, tmp_path, pair):

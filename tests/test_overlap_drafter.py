@@ -7,6 +7,7 @@ are compared with what the honest proposer drafts from scratch for the same cont
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -15,7 +16,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 
 from node.drafter.config import DrafterConfig
 from node.drafter.peer import DrafterNode
-from node.drafter.session import DraftSession
+from node.drafter.session import DraftSession, Kind, Step
 from node.drafter.strategies import Behaviour
 from p2p.framing import FrameStream
 from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
@@ -28,6 +29,8 @@ SEED = 7
 PROMPT = "def parse(self, text):\n"
 READ_TIMEOUT_S = 30.0
 QUIET_S = 0.5  # no further frame within this long: the drafter sent nothing more
+ADAPTIVE = "adaptive"  # the drafter whose blocks end at a token below MIN_CONFIDENCE
+MIN_CONFIDENCE = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -35,24 +38,26 @@ def link(portal, tmp_path_factory):
     """(target-side host, drafter peer id, the DrafterNode): the drafter's handler on a real host."""
     own = make_host(create_new_key_pair())
     fake_bootstrap = f"/ip4/127.0.0.1/tcp/1/p2p/{own.get_id()}"  # parsed, never dialled: no rendezvous here
-    drafters: dict[bool, DrafterNode] = {}
+    drafters: dict[object, DrafterNode] = {}
+    kinds = {True: (True, 0.0), False: (False, 0.0), ADAPTIVE: (True, MIN_CONFIDENCE)}  # (overlap, confidence)
 
     async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
         hosts = {}
-        for overlap in (True, False):
+        for kind, (overlap, confidence) in kinds.items():
             cfg = DrafterConfig(
-                bootstrap=fake_bootstrap, data_dir=tmp_path_factory.mktemp("d"), overlap=overlap, pair="tiny"
+                bootstrap=fake_bootstrap,
+                data_dir=tmp_path_factory.mktemp("d"),
+                overlap=overlap,
+                pair="tiny",
+                min_confidence=confidence,
             )
-            drafters[overlap] = DrafterNode(cfg)
-            hosts[overlap] = make_host(create_new_key_pair())
-            hosts[overlap].set_stream_handler(DRAFT_PROTOCOL_ID, drafters[overlap].handle_stream)
+            drafters[kind] = DrafterNode(cfg)
+            hosts[kind] = make_host(create_new_key_pair())
+            hosts[kind].set_stream_handler(DRAFT_PROTOCOL_ID, drafters[kind].handle_stream)
         listen = [parse_listen("/ip4/127.0.0.1/tcp/0")]
-        async with (
-            own.run(listen_addrs=listen),
-            hosts[True].run(listen_addrs=listen),
-            hosts[False].run(listen_addrs=listen),
-        ):
+        async with own.run(listen_addrs=listen), contextlib.AsyncExitStack() as stack:
             for h in hosts.values():
+                await stack.enter_async_context(h.run(listen_addrs=listen))
                 await own.connect(parse_peer_addr(peer_addrs(h)[0]))
             task_status.started({o: (h.get_id(), drafters[o]) for o, h in hosts.items()})
             await trio.sleep_forever()
@@ -86,8 +91,20 @@ async def _quiet(fs: FrameStream) -> bool:
 
 def fresh_draft(pair, context: list[int], k: int, n: int) -> tuple[int, ...]:
     """What the honest proposer drafts from scratch (a fresh cache) for n tokens at k."""
+    return fresh_proposal(pair, context, k, n).tokens
+
+
+def fresh_proposal(pair, context: list[int], k: int, n: int):
     proposer = LocalDraftProposer(pair.draft.fork())
-    return proposer.propose(context, start=k, gamma=n, params=SamplingParams(), seed=SEED).tokens
+    return proposer.propose(context, start=k, gamma=n, params=SamplingParams(), seed=SEED)
+
+
+def block_length(confidence: list[float], begin: int) -> int:
+    """The block from ``begin``: up to and including the first token below MIN_CONFIDENCE, at most γ."""
+    for i in range(begin, begin + GAMMA):
+        if confidence[i] < MIN_CONFIDENCE:
+            return i - begin + 1
+    return GAMMA
 
 
 def test_overlap_answer_then_early_draft_and_a_hit_needs_no_answer(portal, link, pair):
@@ -163,6 +180,26 @@ def test_without_overlap_one_plain_answer_per_message(portal, link, pair):
     assert (second.start, second.basis, len(second.tokens)) == (GAMMA + 1, (), GAMMA) and quiet
 
 
+def test_adaptive_blocks_end_at_the_first_unsure_token_and_the_early_draft_follows_it(portal, link, pair):
+    own, peers = link
+    peer, node = peers[ADAPTIVE]
+    context = pair.tokenizer.encode(PROMPT)
+
+    async def script(fs: FrameStream):
+        await fs.send(Open("job-adaptive", tuple(context), 1.0, 0, 1.0, SEED, GAMMA, 0), 5.0)
+        return await _next(fs), await _next(fs)
+
+    answer, early = portal.run(_session, own, peer, node.model.vocab_size, script)
+    fresh = fresh_proposal(pair, context, 0, 3 * GAMMA + 2)
+    confidence = list(fresh.confidence)
+    n = block_length(confidence, 0)
+    n_early = block_length(confidence, n + 1)
+    assert n < GAMMA or n_early < GAMMA, f"no block was cut short (confidence {confidence}): pick another PROMPT"
+    assert (answer.start, answer.basis, answer.tokens) == (0, (), fresh.tokens[:n])
+    assert early.start == n + 1 and early.basis == fresh.tokens[: n + 1]  # the answer, then its predicted bonus
+    assert early.tokens == fresh.tokens[n + 1 : n + 1 + n_early]
+
+
 class CancellingProposer(LocalDraftProposer):
     """The honest proposer on the real draft model, which raises the session's cancel flag while it
     drafts its ``at``-th token, as a contradicting advance read by the other task would."""
@@ -184,12 +221,13 @@ def test_a_contradicting_advance_stops_the_block_at_the_next_token(pair):
     proposer = CancellingProposer(pair.draft.fork(), at=3, flag=flag)
     session = DraftSession("j", list(context), SamplingParams(), SEED, GAMMA, 0, proposer, Behaviour(), 512)
     session.path = list(fresh_draft(pair, context, 0, GAMMA))
+    session.confidence = [1.0] * GAMMA
     epoch, cancel = session.epoch, session.cancel
-    extension, start, count = session.extension(2 * GAMMA + 1)
-    tokens = session.draft_tokens(extension, start, count, flag)
-    assert len(tokens) == 3 and proposer.calls == 3  # the token in progress is finished, no further one
+    ext = session.extension(Step(Kind.EARLY, 2 * GAMMA + 1))
+    drafted = session.draft_tokens(ext, flag)
+    assert len(drafted.tokens) == 3 and proposer.calls == 3  # the token in progress is finished, no further one
     # on the trio side, an advance that contradicts the path drops it and raises the flag of its block
     session.advance(Advance("j", ((session.path[0] + 1) % 4096,), 1), 0.0)
     assert cancel.is_set() and session.path == [] and session.epoch == epoch + 1
-    session.extended(epoch, tokens, count, cancel)
+    session.extended(epoch, drafted, ext.count, cancel)
     assert session.path == []  # the stale block is discarded, not appended to the new path

@@ -17,6 +17,9 @@ PROB_SUM_TOLERANCE = 1e-3
 class Proposal:
     tokens: tuple[int, ...]  # γ' <= γ draft tokens
     probs: np.ndarray | None = None  # [γ', V] claimed draft distributions; LEVIATHAN only
+    # [γ'] the draft's own probability of each token, softmax at T = 1 when greedy: a drafter-side
+    # hint for ending a block early (node.drafter.session); never sent, never trusted by a target
+    confidence: tuple[float, ...] | None = None
 
 
 EMPTY = Proposal(())

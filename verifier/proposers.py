@@ -16,6 +16,7 @@ from verifier.params import SamplingParams, token_probs
 from verifier.proposal import Proposal
 from verifier.verify import noisy_scores
 
+GREEDY_CONFIDENCE = SamplingParams(1.0, 0, 1.0)  # greedy probs are one-hot: confidence is read at T = 1
 LYING_CLAIMED_PROB = 1e-9  # the lie: "I sampled this token although I gave it probability 1e-9"
 
 
@@ -35,12 +36,15 @@ class LocalDraftProposer:
         logits = score(self.model, context)[0][-1]  # [V]
         tokens: list[int] = []
         probs: list[np.ndarray] = []
+        confidence: list[float] = []
         for i in range(gamma):
             probs.append(token_probs(logits, params))
             tokens.append(int(np.argmax(noisy_scores(logits, params, seed, start + i))))
+            sure = probs[-1] if not params.greedy else token_probs(logits, GREEDY_CONFIDENCE)
+            confidence.append(float(sure[tokens[-1]]))
             if i + 1 < gamma:
                 logits = self.model.extend([tokens[-1]])[-1]
-        return Proposal(tuple(tokens), np.stack(probs) if probs else None)
+        return Proposal(tuple(tokens), np.stack(probs) if probs else None, tuple(confidence))
 
 
 class RandomProposer:

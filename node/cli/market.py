@@ -38,7 +38,11 @@ def _add_target(sub) -> None:
     p.add_argument("--listen", help=f"libp2p listen multiaddr (default {d['listen']})")
     p.add_argument("--http", help=f"HTTP API HOST:PORT, port 0 = any free port (default {d['http']})")
     p.add_argument("--data-dir", type=Path, help=f"identity key, drafter ledger, receipts (default {d['data_dir']})")
-    p.add_argument("--gamma", type=int, help=f"draft tokens per round (default {d['gamma']})")
+    p.add_argument(
+        "--gamma",
+        type=int,
+        help=f"the most draft tokens a round verifies; drafters may send fewer (default {d['gamma']})",
+    )
     p.add_argument(
         "--draft-deadline-ms",
         type=float,
@@ -151,6 +155,14 @@ def _add_drafter(sub) -> None:
         action="store_false",
         default=None,
         help="answer each round only when asked: no early drafts while the target verifies (default: overlap on)",
+    )
+    p.add_argument(
+        "--min-confidence",
+        type=float,
+        metavar="P",
+        help="end a draft block at the first token the draft gives a probability below P, that token included: "
+        f"long rounds where the draft is sure, short ones where it is not; 0: always the target's γ "
+        f"(default {d['min_confidence']})",
     )
     p.add_argument(
         "--target-http",

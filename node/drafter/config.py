@@ -17,6 +17,10 @@ from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
 
 MAX_THREADS = 256
+# A draft block (one round's answer, or an early draft) ends at the first token the draft gives a
+# probability below this, that token included (node.drafter.session). Measured on the qwen2.5-coder
+# pair: docs/target-performance.md, "Draft length".
+DEFAULT_MIN_CONFIDENCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class DrafterConfig:
     kernel: str = DEFAULT_KERNEL  # the draft's linear-layer kernel (node.model.kernels): speed only
     threads: int = 1  # torch threads: a small draft model gains nothing from more; leave cores to others
     overlap: bool = True  # draft the next block while the target verifies (early drafts); off: --no-overlap
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE  # a draft block ends at a token the draft is less sure of
     target_http: str | None = None  # the target's HTTP API: its /health says where it listens if it moved
 
     def __post_init__(self) -> None:
@@ -44,6 +49,8 @@ class DrafterConfig:
             raise InvalidParams(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
         if self.slow_ms < 0:
             raise InvalidParams(f"--slow-ms must be >= 0, got {self.slow_ms}")
+        if not 0.0 <= self.min_confidence < 1.0:
+            raise InvalidParams(f"--min-confidence must be in [0, 1), got {self.min_confidence}")
         if not 1 <= self.threads <= MAX_THREADS:
             raise InvalidParams(f"--threads must be in [1, {MAX_THREADS}], got {self.threads}")
         if self.target_http is not None and not self.target_http.startswith(("http://", "https://")):

@@ -115,6 +115,7 @@ class DrafterNode:
             behaviour,
             fork.max_positions,
             overlap=self.cfg.overlap,
+            min_confidence=self.cfg.min_confidence,
             asked_at=time.perf_counter(),
         )
 
@@ -160,19 +161,20 @@ class DrafterNode:
                 session.changed = trio.Event()
                 await session.changed.wait()
             elif len(session.path) < step.need:
-                await self._extend(session, step.need)  # then plan again: an advance may have come meanwhile
+                await self._extend(session, step)  # then plan again: an advance may have come meanwhile
             else:
                 await self._send(fs, session, step)
 
-    async def _extend(self, session: DraftSession, need: int) -> None:
+    async def _extend(self, session: DraftSession, step: Step) -> None:
         epoch, cancel = session.epoch, session.cancel
-        context, start, count = session.extension(need)
-        tokens = await trio.to_thread.run_sync(session.draft_tokens, context, start, count, cancel)
-        session.extended(epoch, tokens, count, cancel)
+        ext = session.extension(step)
+        drafted = await trio.to_thread.run_sync(session.draft_tokens, ext, cancel)
+        session.extended(epoch, drafted, ext.count, cancel)
         if epoch != session.epoch:
             log.debug(
-                "job %s: dropped %d of %d draft tokens at k=%d: stale work", session.job, len(tokens), count, start
-            )
+                "job %s: dropped %d of %d draft tokens at k=%d: stale work",
+                session.job, len(drafted.tokens), ext.count, ext.start,
+            )  # fmt: skip
 
     async def _send(self, fs: FrameStream, session: DraftSession, step: Step) -> None:
         b = session.behaviour

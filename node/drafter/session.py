@@ -2,11 +2,18 @@
 and what to send next.
 
 The drafter keeps a *path*: its own draft tokens for indices k, k+1, ... after the confirmed
-context. For the message at k it sends an **answer**, path[0:γ] with start k and an empty basis.
-With overlap on it then drafts on while the target verifies: it assumes the answer is accepted, takes
-its own Gumbel-coupled token at k+γ as the predicted bonus (under GUMBEL the target's bonus is its
-own noisy argmax at k+γ with the same seed, so an honest drafter predicts it as well as any token),
-and sends an **early draft**: path[γ+1:2γ+1] with start k+γ+1 and basis path[0:γ+1].
+context, each with the draft's probability of it. For the message at k it sends an **answer**, the
+first *block* of the path (path[0:n], start k, an empty basis). With overlap on it then drafts on
+while the target verifies: it assumes the answer is accepted, takes its own Gumbel-coupled token at
+k+n as the predicted bonus (under GUMBEL the target's bonus is its own noisy argmax at k+n with the
+same seed, so an honest drafter predicts it as well as any token), and sends an **early draft**: the
+next block, start k+n+1 and basis path[0:n+1].
+
+A block is γ tokens (the target's γ: the most a round verifies) or, with ``min_confidence`` set,
+ends early at the first token the draft gives a probability below it, that token included: the
+dynamic draft length of HF transformers' assisted generation (``assistant_confidence_threshold``).
+Where the draft is sure, rounds are long; where it is not, the round is short and its answer comes
+sooner, so a token the target will likely reject costs neither draft time nor verification rows.
 
 When the next ``advance`` comes, the path is trimmed if the emitted tokens are a prefix of it, and
 dropped otherwise; a drop sets the cancel flag, so a block still being drafted for the dropped path
@@ -22,7 +29,6 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import trio
@@ -48,7 +54,8 @@ class Kind(enum.Enum):
 @dataclass(frozen=True)
 class Step:
     kind: Kind
-    need: int  # path tokens (from k) the draft needs
+    need: int  # path tokens (from k) the draft needs, at most
+    stop_from: int = 0  # a path token at this index or later below the confidence ends the block: stop there
 
 
 @dataclass
@@ -65,11 +72,14 @@ class DraftSession:
     behaviour: Behaviour
     max_positions: int  # of the draft model: the path never outgrows it
     overlap: bool = True
+    min_confidence: float = 0.0  # a block ends at a token the draft gives less (0: blocks are γ long)
     path: list[int] = field(default_factory=list)  # own draft tokens for k, k+1, ...
+    confidence: list[float] = field(default_factory=list)  # the draft's probability of each path token
     epoch: int = 0  # bumped when the path is dropped: an extension still in flight is then discarded
     cancel: threading.Event = field(default_factory=threading.Event)  # set on a drop: stop drafting for it
     answered: int = -1  # the k whose answer the target has (ours, or our early draft for it)
-    early: tuple[int, tuple[int, ...]] | None = None  # (start, basis) of the newest early draft sent
+    answer_len: int = 0  # ... and its length
+    early: tuple[int, tuple[int, ...], int] | None = None  # (start, basis, length) of the newest early draft
     asked_at: float = 0.0  # when the message for k arrived
     answered_at: float = 0.0  # when the answer for k went out (the early draft's work starts there)
     short_at: int = -1  # the k at which the proposer gave fewer tokens than asked: send what there is
@@ -91,17 +101,20 @@ class DraftSession:
         self.k, self.asked_at = msg.start, now
         if len(emitted) <= len(self.path) and self.path[: len(emitted)] == emitted:
             del self.path[: len(emitted)]  # as predicted: the rest of the path still holds
+            del self.confidence[: len(emitted)]
         else:
             self.drop_path()
         if self.early is not None and self.early[0] <= self.k:
-            start, basis = self.early  # the target judges it at this round (or has dropped it): one look
+            start, basis, length = self.early  # the target judges it at this round (or has dropped it): one look
             self.early = None
             if start == self.k and tuple(self.context[len(self.context) - len(basis) :]) == basis:
                 self.answered, self.answered_at = self.k, now  # the target's own rule: it is this round's answer
+                self.answer_len = length
         self.changed.set()
 
     def drop_path(self) -> None:
         self.path.clear()
+        self.confidence.clear()
         self.epoch += 1
         self.cancel.set()
         self.cancel = threading.Event()
@@ -110,60 +123,110 @@ class DraftSession:
         """The session ends: a block being drafted stops at its next token."""
         self.cancel.set()
 
+    def block(self, begin: int, room: int) -> tuple[int, bool]:
+        """The block of the path from index ``begin``: (its length so far, whether it is complete).
+        Complete: γ tokens, the path's room is used up, or it holds a token below the confidence."""
+        limit = max(0, min(self.gamma, room - begin))
+        for i in range(begin, min(len(self.path), begin + limit)):
+            if self.confidence[i] < self.min_confidence:
+                return i - begin + 1, True
+        n = max(0, min(len(self.path), begin + limit) - begin)
+        return n, n >= limit
+
     def next_step(self) -> Step | None:
         """What to draft and send next; None: nothing until the next advance."""
         room = self.max_positions - len(self.context)  # path tokens the draft model has positions for
         if self.short_at == self.k:
             room = min(room, len(self.path))
         if self.answered != self.k:
-            return Step(Kind.ANSWER, max(0, min(self.gamma, room)))
-        early_start = self.k + self.gamma + 1
-        if not self.overlap or (self.early is not None and self.early[0] == early_start):
+            n, complete = self.block(0, room)
+            return Step(Kind.ANSWER, n if complete else max(0, min(self.gamma, room)))
+        begin = self.answer_len + 1  # after the answer and the predicted bonus
+        if not self.overlap or (self.early is not None and self.early[0] == self.k + begin):
             return None
-        need = min(2 * self.gamma + 1, room)
-        return Step(Kind.EARLY, need) if need > self.gamma + 1 else None
+        n, complete = self.block(begin, room)
+        need = begin + n if complete else min(begin + self.gamma, room)
+        return Step(Kind.EARLY, need, stop_from=begin) if need > begin else None
 
     def draft_for(self, step: Step) -> tuple[Draft, float]:
         """The draft ``step`` sends (draft_ms still 0), and since when the drafter has been at it."""
-        g = self.gamma
+        room = self.max_positions - len(self.context)
         if step.kind is Kind.ANSWER:
-            return Draft(self.job, self.k, tuple(self.path[:g])), self.asked_at
-        basis, tokens = tuple(self.path[: g + 1]), tuple(self.path[g + 1 : 2 * g + 1])
-        return Draft(self.job, self.k + g + 1, tokens, basis), self.answered_at
+            n, _ = self.block(0, room)
+            return Draft(self.job, self.k, tuple(self.path[:n])), self.asked_at
+        begin = self.answer_len + 1
+        n, _ = self.block(begin, room)
+        basis, tokens = tuple(self.path[:begin]), tuple(self.path[begin : begin + n])
+        return Draft(self.job, self.k + begin, tokens, basis), self.answered_at
 
     def mark_sent(self, draft: Draft, since: float, now: float) -> Draft:
         """Record a draft about to go out (before the send, so an advance read meanwhile sees it) and
         stamp it with the drafter's time on it."""
         self.drafts_sent += 1
         if draft.basis:
-            self.early = (draft.start, draft.basis)
+            self.early = (draft.start, draft.basis, len(draft.tokens))
         elif draft.start == self.k:
-            self.answered, self.answered_at = self.k, now
+            self.answered, self.answered_at, self.answer_len = self.k, now, len(draft.tokens)
         return replace(draft, draft_ms=round(min(max(now - since, 0.0) * MS, MAX_DRAFT_MS), 3))
 
-    def extension(self, need: int) -> tuple[list[int], int, int]:
-        """What ``draft_tokens`` needs to grow the path to ``need``: (context + path, k of the next, count)."""
-        return [*self.context, *self.path], self.k + len(self.path), need - len(self.path)
+    def extension(self, step: Step) -> Extension:
+        """What ``draft_tokens`` needs to grow the path towards ``step.need``."""
+        return Extension(
+            [*self.context, *self.path],
+            self.k + len(self.path),
+            step.need - len(self.path),
+            max(0, step.stop_from - len(self.path)),
+        )
 
-    def extended(self, epoch: int, tokens: list[int], asked: int, cancel: threading.Event) -> None:
+    def extended(self, epoch: int, drafted: Drafted, asked: int, cancel: threading.Event) -> None:
         """An extension came back; it is discarded if the path it grew was dropped meanwhile."""
         if epoch != self.epoch:
             return
-        self.path.extend(tokens)  # a consistent advance meanwhile only trimmed the path's front
-        if len(tokens) < asked and not cancel.is_set():
+        self.path.extend(drafted.tokens)  # a consistent advance meanwhile only trimmed the path's front
+        self.confidence.extend(drafted.confidence)
+        if len(drafted.tokens) < asked and not cancel.is_set() and not drafted.unsure:
             self.short_at = self.k
 
     # -- worker thread -------------------------------------------------------------------------
-    def draft_tokens(self, context: Sequence[int], start: int, n: int, cancel: threading.Event) -> list[int]:
-        """Up to ``n`` draft tokens after ``context`` (k of the first: ``start``), one proposer call
-        per token, stopping at the first token boundary after ``cancel`` is set."""
+    def draft_tokens(self, ext: Extension, cancel: threading.Event) -> Drafted:
+        """Up to ``ext.count`` draft tokens after ``ext.context`` (k of the first: ``ext.start``), one
+        proposer call per token, stopping at the first token boundary after ``cancel`` is set, and
+        after the first token from index ``ext.stop_from`` on that is below the confidence."""
         out: list[int] = []
-        while len(out) < n and not cancel.is_set():
-            proposal = self.proposer.propose(
-                [*context, *out], start=start + len(out), gamma=1, params=self.params, seed=self.seed
-            )
+        sure: list[float] = []
+        while len(out) < ext.count and not cancel.is_set():
+            k = ext.start + len(out)
+            proposal = self.proposer.propose([*ext.context, *out], start=k, gamma=1, params=self.params, seed=self.seed)
             tokens = getattr(proposal, "tokens", ())
             if not tokens:
                 break
             out.append(int(tokens[0]))
-        return out
+            sure.append(own_probability(proposal))
+            if len(out) > ext.stop_from and sure[-1] < self.min_confidence:
+                return Drafted(out, sure, unsure=True)
+        return Drafted(out, sure)
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One call of ``draft_tokens``: ``count`` tokens after ``context``, the first at k = ``start``;
+    a token below the confidence ends it from the ``stop_from``-th token of the call on."""
+
+    context: list[int]
+    start: int
+    count: int
+    stop_from: int = 0
+
+
+@dataclass(frozen=True)
+class Drafted:
+    tokens: list[int]
+    confidence: list[float]  # the draft's probability of each token
+    unsure: bool = False  # it ended at a token below the confidence
+
+
+def own_probability(proposal: object) -> float:
+    """The draft's probability of the token it proposed (``Proposal.confidence``); 1.0 where the
+    proposer reports none (a hostile one's blocks are always γ long)."""
+    confidence = getattr(proposal, "confidence", None)
+    return float(confidence[0]) if confidence else 1.0

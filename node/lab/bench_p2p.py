@@ -167,6 +167,9 @@ class _TimedLocalProposer(LocalDraftProposer):
     def timing(self) -> dict[str, float | int]:
         return {"draft_rounds": self.rounds, "draft_empty_rounds": 0, "draft_wait_seconds": self.wait_s}
 
+    def round_records(self) -> list[dict[str, float | int | str]]:
+        return []  # in-process: no transport to split a round into
+
 
 class LocalDrafting:
     """A DraftingBackend with the draft model in-process, so `local` pays the engine's overhead too."""

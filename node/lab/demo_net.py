@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+import urllib.parse
 from functools import partial
 from pathlib import Path
 
@@ -45,13 +46,13 @@ from node.lab.procs import (
 from node.lab.workload import MODES, ask, prompt_ids
 from node.model.pairs import get_pair
 from node.runtime.lifecycle import sigterm_unwinds
-from node.target.config import TargetConfig
+from node.target.config import TARGET_GAMMA, TargetConfig
 
 log = logging.getLogger(__name__)
 
 DEMO_DRAFTERS = ("honest", "honest", "lying", "garbage")  # two honest peers, two hostile ones
 DEMO_TEMPERATURE = 0.8
-DEMO_GAMMA = 4
+DEMO_GAMMA = TARGET_GAMMA  # a round's most draft tokens; honest drafters end blocks early
 # drafters asked per job: one. Every drafter peer of the demo shares one core (procs.core_split); two
 # drafting for one job would halve each one's speed. The market still tries each peer (warm-up).
 DEMO_MAX_DRAFTERS = "1"
@@ -91,6 +92,8 @@ def _mode_row(answers: list[dict]) -> dict:
         "draft_tokens_accepted": total["draft_tokens_accepted"],
         "draft_rounds": total.get("draft_rounds", 0),
         "draft_wait_seconds": round(total.get("draft_wait_seconds", 0.0), 4),
+        "first_chunk_seconds": round(total.get("first_chunk_seconds", 0.0), 4),
+        "first_chunk_tokens": total.get("first_chunk_tokens", 0),
         **_timing_row(stats, total),
         "output_hashes": [a["specmarket"]["receipt"]["receipt"]["output_hash"] for a in answers],
         "tokens_per_answer": [a["specmarket"]["tokens"] for a in answers],
@@ -112,6 +115,11 @@ def _timing_row(stats: list[dict], total: dict) -> dict:
         "draft_early_ready": total.get("draft_early_ready", 0),
         "draft_early_stale": total.get("draft_early_stale", 0),
     }
+
+
+def _rounds(http: str, job: str) -> list[dict]:
+    """One answer's draft rounds, as the target recorded them (node.target.draft_timing.RoundRecord)."""
+    return http_json(f"{http}/api/jobs/{urllib.parse.quote(job, safe='')}/rounds")["rounds"]
 
 
 def _drafter_rows(http: str, drafters: dict[str, str], credits: dict[str, int]) -> list[dict]:
@@ -235,8 +243,10 @@ def _serve_and_compare(urls: dict, cfg: NetDemoConfig) -> dict:
         for peer, n in a["specmarket"]["credits"].items():
             credits[peer] = credits.get(peer, 0) + n
     identical = [a["specmarket"]["tokens"] for a in with_spec] == [a["specmarket"]["tokens"] for a in without]
+    spec_row = _mode_row(with_spec)
+    spec_row["rounds"] = [r for a in with_spec for r in _rounds(urls["spec"], a["specmarket"]["job"])]
     return {
-        "with_speculation": _mode_row(with_spec),
+        "with_speculation": spec_row,
         "without_speculation": _mode_row(without),
         "identical_outputs": identical,
         "drafters": _drafter_rows(urls["spec"], urls["drafters"], credits),

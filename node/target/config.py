@@ -19,7 +19,7 @@ from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime.dirs import default_data_dir
 from p2p.messages import DEFAULT_LISTEN
 from verifier.errors import InvalidParams
-from verifier.proposal import DEFAULT_GAMMA, MAX_GAMMA
+from verifier.proposal import MAX_GAMMA
 
 if TYPE_CHECKING:
     from node.chain.operator import OperatorConfig
@@ -57,6 +57,12 @@ def auto_deadline_ms(plain_pass_s: float) -> float:
 WAIT_BUDGET_SHARE = 0.05
 
 
+# The most draft tokens one round verifies. Honest drafters end a block early at a token they are
+# unsure of (node.drafter.config.DEFAULT_MIN_CONFIDENCE), so rounds are this long only where the
+# draft is confident: chosen with it on the qwen2.5-coder pair (docs/target-performance.md).
+TARGET_GAMMA = 6
+
+
 @dataclass(frozen=True)
 class HttpLimits:
     """The HTTP API's deadlines in seconds (``node.target.http.api``; the defaults above)."""
@@ -72,7 +78,7 @@ class TargetConfig:
     listen: str = DEFAULT_LISTEN  # libp2p listen multiaddr
     http: str = DEFAULT_HTTP  # HTTP API HOST:PORT (port 0 = any free port)
     data_dir: Path = field(default_factory=lambda: default_data_dir("target"))  # identity, ledger, receipts
-    gamma: int = DEFAULT_GAMMA  # draft tokens per round
+    gamma: int = TARGET_GAMMA  # the most draft tokens a round verifies (drafters may send fewer)
     draft_deadline_ms: float | None = None  # the longest wait for drafts per round; None: auto_deadline_ms
     max_drafters: int = 4  # drafters asked per job; 0 = plain decoding
     # share of a job that wasted waiting for drafts may cost before a job slower than plain decoding

@@ -124,15 +124,24 @@ class JobRecord:
 
 
 class JobHistory:
-    """The last ``JOB_HISTORY`` finished jobs, newest first (thread-safe)."""
+    """The last ``JOB_HISTORY`` finished jobs, newest first, and each one's draft rounds (thread-safe)."""
 
     def __init__(self, size: int = JOB_HISTORY) -> None:
         self._jobs: deque[JobRecord] = deque(maxlen=size)
+        self._rounds: dict[str, list[dict[str, Any]]] = {}  # job id -> its rounds (RoundRecord.to_json)
         self._lock = threading.Lock()
 
-    def add(self, record: JobRecord) -> None:
+    def add(self, record: JobRecord, rounds: list[dict[str, Any]] | None = None) -> None:
         with self._lock:
+            if len(self._jobs) == self._jobs.maxlen:
+                self._rounds.pop(self._jobs[-1].job, None)  # the oldest job leaves with its rounds
             self._jobs.appendleft(record)
+            self._rounds[record.job] = rounds or []
+
+    def rounds(self, job: str) -> list[dict[str, Any]] | None:
+        """The draft rounds of a remembered job ([] for a plain one); None: not remembered."""
+        with self._lock:
+            return self._rounds.get(job)
 
     def to_json(self) -> list[dict[str, Any]]:
         with self._lock:

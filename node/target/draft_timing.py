@@ -9,11 +9,32 @@ the two shares of this report; it never reaches the market policy, which uses me
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from p2p.messages import Draft
 
 MS = 1000.0
+MAX_ROUND_RECORDS = 4096  # per job: a job longer than this keeps its first rounds' records only
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One draft round of a job, as the demo's report tabulates it.
+
+    ``kind``: "early" (an early draft was there, usable, when the round came), "answer" (the round
+    waited for a drafter's answer), or "alone" (no usable draft: the target decoded one token)."""
+
+    k: int
+    kind: str
+    drafted: int  # draft tokens verified
+    accepted: int  # ... of which accepted (the round emitted accepted + 1 tokens)
+    wait_ms: float  # the decode loop's wait in the round (send, then drafts)
+    draft_ms: float  # the chosen answer's drafter-reported time, clamped to its round trip (0: early/alone)
+    transport_ms: float  # the rest of that answer's round trip: framing, network, both event loops
+    verify_ms: float  # the target pass that verified the round
+
+    def to_json(self) -> dict[str, float | int | str]:
+        return asdict(self)
 
 
 @dataclass

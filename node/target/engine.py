@@ -111,6 +111,9 @@ class JobProposer(Proposer, Protocol):
     def timing(self) -> dict[str, float | int]:
         """Drafting overheads (rounds, seconds spent waiting for drafts)."""
 
+    def round_records(self) -> list[dict[str, float | int | str]]:
+        """One record per draft round (``node.target.draft_timing.RoundRecord``), for the job history."""
+
 
 class JobObserver(Protocol):
     """Latency samples of every decoded job (the HTTP API turns them into Prometheus histograms).
@@ -177,12 +180,15 @@ class ChunkClock:
         self.observers = observers
         self.started = time.perf_counter()
         self.last: float | None = None
+        self.first_s, self.first_tokens = 0.0, 0  # the first chunk: when, and how many tokens
 
     def tick(self, tokens: int) -> None:
         """A chunk of ``tokens`` verified tokens arrived."""
         if not tokens:
             return
         now = time.perf_counter()
+        if self.last is None:
+            self.first_s, self.first_tokens = now - self.started, tokens
         for observer in self.observers:
             if self.last is None:
                 observer.first_token(now - self.started)
@@ -413,14 +419,16 @@ class Engine:
                 send.close()
             credits = proposer.finish([*spec.prompt, *result.tokens]) if proposer is not None else {}
             timing = {**timer[0].stats(), **(proposer.timing() if proposer is not None else {})}
+            rounds = proposer.round_records() if proposer is not None else []
         tail = text.flush()
         if tail and on_chunk is not None:
             await on_chunk((), tail)
         wall = time.perf_counter() - started
         stats = {**result.stats.to_dict(), **timing, "wall_seconds": round(wall, 4)}
+        stats |= {"first_chunk_seconds": round(clock.first_s, 4), "first_chunk_tokens": clock.first_tokens}
         stats["tokens_per_second"] = round(len(result.tokens) / wall, 2) if wall > 0 else 0.0
         signed = await trio.to_thread.run_sync(self._sign, spec, result.tokens)
-        return self._result(job_id, job, result, credits, stats, signed)
+        return self._result(job_id, job, result, credits, stats, signed, rounds)
 
     def _sign(self, spec: RequestSpec, tokens: tuple[int, ...]) -> SignedReceipt | None:
         if self.operator is None:
@@ -431,14 +439,14 @@ class Engine:
         return signed
 
     def _result(
-        self, job_id, job: JobSpec, result: DecodeResult, credits, stats, signed: SignedReceipt | None
+        self, job_id, job: JobSpec, result: DecodeResult, credits, stats, signed: SignedReceipt | None, rounds=None
     ) -> CompletionResult:
         self.counters.add(result)
         spec = job.request
         tokens = signed.output if signed is not None else result.tokens
         stopped = job.stop_token is not None and tokens[-1:] == (job.stop_token,)
         log.info("job %s: %d tokens, %s", job_id, len(tokens), format_stats(stats))
-        self.history.add(JobRecord.of(job_id, len(tokens), stats))
+        self.history.add(JobRecord.of(job_id, len(tokens), stats), rounds)
         return CompletionResult(
             job=job_id,
             text=self.pair.tokenizer.decode(list(tokens)),

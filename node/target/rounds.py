@@ -31,7 +31,7 @@ import trio
 from market.policy import Policy
 from market.registry import Registry
 from node.target.config import WAIT_BUDGET_SHARE
-from node.target.draft_timing import DraftTiming
+from node.target.draft_timing import MAX_ROUND_RECORDS, MS, DraftTiming, RoundRecord
 from node.target.sessions import MAX_DRAFTS_PER_MESSAGE, RemoteSession, RoundState, usable
 from p2p.framing import StreamFailed
 from p2p.messages import Advance, Draft, Error, InvalidMessage, Open
@@ -83,6 +83,7 @@ class MarketProposer:
         self.emitted = 0  # the job's output tokens, counted when it finishes (finish)
         self.drafts = DraftTiming()  # round trips, the drafters' reported time, early hits and stale ones
         self.opening = 0  # sessions whose stream is still opening: they join when it opens (join)
+        self.records: list[RoundRecord] = []  # one per settled round (node.target.draft_timing)
 
     # -- called from the worker thread ------------------------------------------------------
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int):
@@ -127,7 +128,7 @@ class MarketProposer:
         ranked = self.policy.rank(self.registry, [s.peer_id for s in self.live()], explore=False)
         deadline_passed = await self._wait_for_drafts(ranked, ends)
         proposal = self._choose(ranked, gamma, deadline_passed)
-        self.last_wait_s = time.perf_counter() - started
+        self.last_wait_s = self.round.wait_s = time.perf_counter() - started
         self.wait_s += self.last_wait_s
         self.drafts.waited(self.last_wait_s)
         self.rounds += 1
@@ -186,7 +187,7 @@ class MarketProposer:
         for peer in ranked:
             session = by_peer[peer]
             if session.alive and session.pending is not None and session.pending[0].tokens:
-                self.round.chosen = peer
+                self.round.chosen, self.round.chosen_draft = peer, session.pending
                 return Proposal(session.pending[0].tokens)
         self.round.chosen = None
         return EMPTY
@@ -229,7 +230,7 @@ class MarketProposer:
             session.proposed += len(draft.tokens)
             self.registry.record_draft(session.peer_id, len(draft.tokens), matched, latency, offered=r.gamma)
             if session.peer_id == r.chosen:
-                useful = matched > 0
+                useful, r.accepted = matched > 0, min(matched, len(draft.tokens))
                 session.accepted += matched
                 self.registry.record_accepted(session.peer_id, matched)
             self.policy.update(self.registry, session.peer_id)
@@ -238,6 +239,31 @@ class MarketProposer:
                 log.info("job %s: drafter %s benched; not asking it again", self.job, session.peer_id)
         if not useful:
             self.wasted_s += self.last_wait_s
+        self._record(r)
+
+    def _record(self, r: RoundState) -> None:
+        """The settled round's record: its draft's share of the wait, and the pass that verified it."""
+        if len(self.records) >= MAX_ROUND_RECORDS:
+            return
+        draft, latency = r.chosen_draft if r.chosen is not None and r.chosen_draft else (None, None)
+        early = draft is not None and (latency is None or bool(draft.basis))  # as DraftTiming counts early hits
+        if early:
+            latency = None  # an early draft's time on the drafter is no round trip of this round's message
+        drafted = len(draft.tokens) if draft is not None else 0
+        draft_s = min(draft.draft_ms / MS, latency) if draft is not None and latency is not None else 0.0
+        verify_s = self.passes.pass_seconds[-1] if self.passes is not None and self.passes.pass_seconds else 0.0
+        self.records.append(
+            RoundRecord(
+                k=r.k,
+                kind="alone" if draft is None else "early" if early else "answer",
+                drafted=drafted,
+                accepted=r.accepted,
+                wait_ms=round(MS * r.wait_s, 3),
+                draft_ms=round(MS * draft_s, 3),
+                transport_ms=round(MS * (latency - draft_s), 3) if latency is not None else 0.0,
+                verify_ms=round(MS * verify_s, 3),
+            )
+        )
 
     def watch_passes(self, passes) -> None:
         """The job's timed target (``TimedModel``): its prefill and one-position pass times."""
@@ -294,6 +320,9 @@ class MarketProposer:
             "draft_budget_stopped_at_round": -1 if self.stopped_at is None else self.stopped_at,
             **self.drafts.stats(),
         }
+
+    def round_records(self) -> list[dict[str, float | int | str]]:
+        return [r.to_json() for r in self.records]
 
     def finish(self, context: Sequence[int]) -> dict[str, int]:
         """Settle the last round against the final output; per-drafter accepted tokens."""

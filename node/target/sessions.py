@@ -43,6 +43,9 @@ class RoundState:
     context: Sequence[int] = ()  # prompt + the tokens emitted before k, when the round was asked for
     gamma: int = 0  # the round's γ: what each drafter could have proposed
     chosen: str | None = None  # peer whose draft was verified in the round in flight
+    chosen_draft: tuple[Draft, float | None] | None = None  # ... its draft and latency (None: early)
+    accepted: int = 0  # ... of whose tokens were accepted (known when the round settles)
+    wait_s: float = 0.0  # the decode loop's wait in this round
     closed: bool = False  # the draft was chosen; later arrivals are misses (deadline) or late (early close)
     changed: trio.Event = field(default_factory=trio.Event)
 

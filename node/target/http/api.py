@@ -38,6 +38,7 @@ from starlette.requests import ClientDisconnect
 
 from node.target.chat import chat_prompt
 from node.target.config import HTTP_BODY_TIMEOUT_S, HttpLimits
+from node.target.counters import JOB_HISTORY
 from node.target.engine import Engine
 from node.target.http.dashboard import ResponseLog, dashboard_view, node_condition
 from node.target.http.jobs import JSON, JobResponse, error_response, json_response
@@ -198,6 +199,15 @@ class Routes:
         """What the dashboard page shows (``node.target.http.pages``): read-only, the node's own state."""
         return _json(dashboard_view(self.engine, self.status(), self.started))
 
+    async def job_rounds(self, job: str) -> Response:
+        """One remembered job's draft rounds: kind (early / answer / alone), tokens drafted and
+        accepted, and the round's wait, draft, transport and verification times in ms."""
+        rounds = self.engine.history.rounds(job)
+        if rounds is None:
+            shown = job[:MAX_ECHOED_CHARS]
+            raise HttpError(404, f"no finished job {shown!r} is remembered (the last {JOB_HISTORY})", code="not_found")
+        return _json({"job": job, "rounds": rounds})
+
     async def metrics_text(self) -> Response:
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
@@ -275,6 +285,7 @@ def build_app(engine: Engine, status: StatusFn | None = None, limits: HttpLimits
     app.add_api_route("/v1/models", routes.models, methods=["GET"], response_model=ModelList)
     app.add_api_route("/health", routes.health, methods=["GET"], response_model=Health)
     app.add_api_route("/api/dashboard", routes.dashboard, methods=["GET"])
+    app.add_api_route("/api/jobs/{job}/rounds", routes.job_rounds, methods=["GET"])
     add_pages(app)  # GET /, /simulator and /static/*: read-only pages for people
     text = {200: {"content": {CONTENT_TYPE.split(";")[0]: {}}, "description": "Prometheus text format 0.0.4"}}
     app.add_api_route("/metrics", routes.metrics_text, methods=["GET"], responses=text, response_class=Response)
