@@ -57,6 +57,13 @@ def check_serving(result: dict) -> None:
     assert spec["draft_answers"] + spec["draft_early_hits"] > 0 and plain["draft_answers"] == 0
     assert spec["draft_round_trip_ms_per_answer"] >= spec["draft_transport_ms_per_answer"] >= 0
     assert sum(d["accepted"] for d in result["drafters"]) == spec["draft_tokens_accepted"]
+    # every round's record (GET /api/jobs/{id}/rounds) reached the JSON, and they add up to the stats
+    rounds = spec["rounds"]
+    assert len(rounds) == spec["draft_rounds"] and sum(r["drafted"] for r in rounds) == spec["draft_tokens_proposed"]
+    assert sum(r["accepted"] for r in rounds) == spec["draft_tokens_accepted"]
+    assert max(r["drafted"] for r in rounds) <= result["setup"]["gamma"]
+    for row in (spec, plain):
+        assert row["answers"] <= row["first_chunk_tokens"] < row["tokens"] and row["first_chunk_seconds"] > 0
     sweep = result["local_sweep"]
     assert [p["gamma"] for p in sweep] == [1, 2, 4, 8] and all(p["identical"] for p in sweep)
     by_strategy = {d["name"]: d for d in result["drafters"]}
@@ -118,6 +125,9 @@ def check_report(out, result: dict) -> None:
     shown = ", ".join(str(w["target_positions"]) for w in work)
     assert f"| referees' re-execution of the disputed step: positions (each referee) | {shown} | {shown} |" in report
     assert "--quick" in report and "(identical)" in report
+    emitted = sum(r["accepted"] + 1 for r in result["with_speculation"]["rounds"])
+    assert "## Draft rounds" in report and f"| all | {len(result['with_speculation']['rounds'])} |" in report
+    assert f"| {emitted} |" in report
     assert result["memory"]["tree_pss_peak_gib"] > 0 and f"{result['memory']['tree_pss_peak_gib']} GiB" in report
 
 

@@ -29,8 +29,9 @@ class LocalDraftProposer:
 
     name = "local"
 
-    def __init__(self, model: LanguageModel) -> None:
+    def __init__(self, model: LanguageModel, min_confidence: float = 0.0) -> None:
         self.model = model
+        self.min_confidence = min_confidence  # end the block after the first token the draft is less sure of
 
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int) -> Proposal:
         logits = score(self.model, context)[0][-1]  # [V]
@@ -42,6 +43,8 @@ class LocalDraftProposer:
             tokens.append(int(np.argmax(noisy_scores(logits, params, seed, start + i))))
             sure = probs[-1] if not params.greedy else token_probs(logits, GREEDY_CONFIDENCE)
             confidence.append(float(sure[tokens[-1]]))
+            if confidence[-1] < self.min_confidence:
+                break  # dynamic draft length (HF assisted generation's assistant_confidence_threshold)
             if i + 1 < gamma:
                 logits = self.model.extend([tokens[-1]])[-1]
         return Proposal(tuple(tokens), np.stack(probs) if probs else None, tuple(confidence))

@@ -12,7 +12,14 @@ import logging
 from pathlib import Path
 
 from node.cli.options import add_pair_option, defaults
-from node.lab.config import MAX_DEMO_TOKENS, BenchConfig, NetDemoConfig, P2PBenchConfig, TargetBenchConfig
+from node.lab.config import (
+    MAX_DEMO_TOKENS,
+    BenchConfig,
+    DraftLengthConfig,
+    NetDemoConfig,
+    P2PBenchConfig,
+    TargetBenchConfig,
+)
 from node.model.kernels import KERNELS
 from node.training.config import PipelineConfig
 
@@ -113,7 +120,9 @@ def _add_bench(sub) -> None:
 def _bench_options(p: argparse.ArgumentParser, d: dict) -> None:
     """The options bench-local and bench-p2p share, defaults from their config dataclass ``d``."""
     p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help=f"default {d['max_new_tokens']}")
-    p.add_argument("--gamma", type=int, default=d["gamma"], help=f"draft tokens per round (default {d['gamma']})")
+    p.add_argument(
+        "--gamma", type=int, default=d["gamma"], help=f"the most draft tokens per round (default {d['gamma']})"
+    )
     p.add_argument("--temperatures", type=float, nargs="+", default=list(d["temperatures"]))
     p.add_argument("--repeats", type=int, default=d["repeats"], help="interleaved repetitions (median)")
     p.add_argument("--out", type=Path, default=d["out"], help=f"JSON output path (default {d['out']})")
@@ -140,6 +149,7 @@ def _add_bench_p2p(sub) -> None:
     p.add_argument(
         "--draft-deadline-ms", type=float, default=d["draft_deadline_ms"], help="the targets' draft deadline"
     )
+    p.add_argument("--prompts", type=_positive, help="only the first N of the pair's bench prompts (default: all)")
     p.set_defaults(func=_cmd_bench_p2p)
 
 
@@ -147,11 +157,8 @@ def _cmd_bench_p2p(args: argparse.Namespace) -> int:
     from node.lab.bench_p2p import run_bench_p2p
 
     temps = tuple(args.temperatures)
-    run_bench_p2p(
-        P2PBenchConfig(
-            args.max_new_tokens, args.gamma, temps, args.repeats, args.draft_deadline_ms, args.out, args.pair
-        )
-    )
+    names = ("max_new_tokens", "gamma", "repeats", "draft_deadline_ms", "out", "pair", "prompts")
+    run_bench_p2p(P2PBenchConfig(temperatures=temps, **{n: getattr(args, n) for n in names}))
     return 0
 
 
@@ -192,6 +199,45 @@ def _cmd_bench_target(args: argparse.Namespace) -> int:
         args.model_dir, tuple(args.threads), kernels, args.max_gamma, args.repeats, args.out, args.draft_dir
     )
     run_bench_target(cfg)
+    return 0
+
+
+def _add_bench_draft_length(sub) -> None:
+    d = defaults(DraftLengthConfig)
+    p = sub.add_parser(
+        "bench-draft-length",
+        help="which draft length policy wins: γ and the confidence threshold, replayed on measured traces",
+        description=(
+            "Decode the pair's bench prompts plainly, score each answer once with the draft to get, per position, "
+            "whether the draft's token is the target's and the draft's confidence in it; time the passes; then "
+            "replay every (γ, threshold) policy exactly on those traces, in process and overlapped as the drafter "
+            "peer drafts. Prints the table, best first, and writes JSON."
+        ),
+    )
+    add_pair_option(p, d["pair"])
+    p.add_argument("--prompts", type=_positive, default=d["prompts"], help=f"bench prompts (default {d['prompts']})")
+    p.add_argument("--seeds", type=_positive, default=d["seeds"], help=f"answers per prompt (default {d['seeds']})")
+    p.add_argument(
+        "--max-tokens", type=_positive, default=d["max_tokens"], help=f"tokens per answer (default {d['max_tokens']})"
+    )
+    p.add_argument("--temperature", type=float, default=d["temperature"], help=f"(default {d['temperature']})")
+    p.add_argument("--gammas", type=_positive, nargs="+", default=list(d["gammas"]), help="the most tokens a block has")
+    p.add_argument("--thresholds", type=float, nargs="+", default=list(d["thresholds"]), help="confidence thresholds")
+    p.add_argument(
+        "--transport-ms", type=float, default=d["transport_ms"], help=f"one message's way (default {d['transport_ms']})"
+    )
+    p.add_argument("--out", type=Path, default=d["out"], help=f"JSON output path (default {d['out']})")
+    p.set_defaults(func=_cmd_bench_draft_length)
+
+
+def _cmd_bench_draft_length(args: argparse.Namespace) -> int:
+    from node.lab.draft_length import run_bench_draft_length
+
+    names = ("pair", "prompts", "seeds", "max_tokens", "temperature", "transport_ms", "out")
+    cfg = DraftLengthConfig(
+        **{n: getattr(args, n) for n in names}, gammas=tuple(args.gammas), thresholds=tuple(args.thresholds)
+    )
+    run_bench_draft_length(cfg)
     return 0
 
 
@@ -238,4 +284,5 @@ def add_lab_commands(sub) -> None:
     _add_bench(sub)
     _add_bench_p2p(sub)
     _add_bench_target(sub)
+    _add_bench_draft_length(sub)
     _add_train(sub)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from node.drafter.config import DEFAULT_MIN_CONFIDENCE
 from node.drafter.strategies import DEFAULT_SLOW_MS
 from node.lab.bench_local import HF_ASSISTED, hf_mode, load_lab_pair, measure_costs, time_runs, write_json
 from node.lab.config import P2PBenchConfig
@@ -64,7 +65,8 @@ TARGETS = {"honest": "p2p_honest", "honest_no_overlap": "p2p_honest_no_overlap",
 # per repeat, pooled over its jobs (node/target/draft_timing.py, the engine's pass time)
 TIMINGS = ("target_pass_ms_per_round", "draft_round_trip_ms_per_answer", "draft_transport_ms_per_answer")
 TIMINGS += ("draft_wait_ms_max", "draft_early_hits", "draft_early_ready", "draft_early_stale")
-MEDIANS = ("acceptance_rate", "mean_accepted_length", "target_passes", "draft_wait_ms_per_round", *TIMINGS)
+MEDIANS = ("acceptance_rate", "mean_accepted_length", "mean_draft_length", "target_passes", "draft_wait_ms_per_round")
+MEDIANS += TIMINGS
 PER_REPEAT = ("tokens_per_second", "draft_empty_rounds", "deadline_misses")
 SNAPSHOT_DROPPED = ("addrs", "seen_ago_s", "known_for_s")  # registry fields the report leaves out
 
@@ -148,10 +150,11 @@ def _drafter_flags(index: int, target: str) -> tuple[str, ...]:
 
 
 class _TimedLocalProposer(LocalDraftProposer):
-    """The in-process draft model as a JobProposer, timed like the market's proposer."""
+    """The in-process draft model as a JobProposer, timed like the market's proposer; its blocks end
+    at the first unsure token, as a drafter peer's do (DEFAULT_MIN_CONFIDENCE)."""
 
     def __init__(self, draft: HFCausalLM) -> None:
-        super().__init__(draft.fork())
+        super().__init__(draft.fork(), min_confidence=DEFAULT_MIN_CONFIDENCE)
         self.wait_s, self.rounds = 0.0, 0
 
     def propose(self, context: Sequence[int], **kwargs: Any) -> Proposal:
@@ -210,6 +213,8 @@ def _repeat_record(tps: float, jobs: list[dict] | None, misses: int | None) -> d
     if total:
         record["acceptance_rate"] = total["draft_tokens_accepted"] / max(1, total["draft_tokens_proposed"])
         record["mean_accepted_length"] = total["tokens"] / total["target_passes"]
+        if total.get("draft_rounds"):
+            record["mean_draft_length"] = total["draft_tokens_proposed"] / total["draft_rounds"]
         record["target_passes"] = total["target_passes"]
         if total.get("draft_rounds"):
             record["draft_wait_ms_per_round"] = 1000 * total["draft_wait_seconds"] / total["draft_rounds"]
@@ -245,15 +250,20 @@ def _summary(records: list[dict]) -> dict:
     return row
 
 
-def speedup_bound(row: dict, costs: dict, gamma: int) -> dict:
+def speedup_bound(row: dict, costs: dict) -> dict:
     """S(α, γ, c, v) (Leviathan et al. 2023, eq. 1 with the verify cost v) from the mode's own
-    measured α (from its tokens per target pass, Ω) and the pair's measured c and v."""
-    alpha = alpha_from_omega(row["mean_accepted_length"], gamma)
-    bound = speedup(alpha, gamma, costs["cost_c"], costs["verify_cost_v"])
+    measurements: α from its tokens per target pass Ω at its mean draft length γ̄ (departure: the
+    paper's γ is fixed; honest drafters end blocks early), v from its mean verification pass, and c
+    = t_draft(1) / t_target(1) of the pair."""
+    gamma = row["mean_draft_length"]
+    alpha = alpha_from_omega(min(row["mean_accepted_length"], gamma + 1), gamma)
+    verify = row["target_pass_ms_per_round"] / costs["t_target_1_ms"]
+    bound = speedup(alpha, gamma, costs["cost_c"], verify)
     return {
         "alpha": round(alpha, 4),
+        "mean_draft_length": round(gamma, 3),
         "c": round(costs["cost_c"], 4),
-        "v": round(costs["verify_cost_v"], 4),
+        "v": round(verify, 4),
         "bound": round(bound, 4),
     }
 
@@ -320,7 +330,7 @@ def bench_temperature(
     costs: dict,
 ) -> dict:
     progress(f"T={temperature}")
-    texts = {tuple(ids): text for ids, text in zip(prompts, WORKLOADS[cfg.pair].bench, strict=True)}
+    texts = {tuple(ids): text for ids, text in zip(prompts, WORKLOADS[cfg.pair].bench[: len(prompts)], strict=True)}
     params, sinks = SamplingParams(temperature=temperature), {}
     modes = _modes(pair, params, cfg, market, engines, texts, sinks)
     for name, fn in modes.items():
@@ -330,7 +340,7 @@ def bench_temperature(
     rows = {name: _summary(recs) for name, recs in run.pop("records").items()}
     for row in rows.values():
         row["speedup_vs_plain"] = round(row["tokens_per_second"] / rows["plain"]["tokens_per_second"], 3)
-    bound = speedup_bound(rows["p2p_honest"], costs, cfg.gamma)
+    bound = speedup_bound(rows["p2p_honest"], costs)
     ratios = _ratios(rows, bound["bound"])
     aims = {k: {"aim": aim, "ratio": ratios[k], "met": ratios[k] >= aim} for k, aim in AIMS.items()}
     market_now = market_snapshot(market, market.targets["hostile"])
@@ -373,7 +383,10 @@ def _print_temperature(t: dict, cfg: P2PBenchConfig) -> None:
         print(f"  {name:<24}" + "".join(f"{_cell(row.get(k, '')):>{w}}" for k, (_, w) in cols.items()))
     print("  identical to plain: " + ", ".join(f"{k} {v}" for k, v in t["identical_to_plain"].items()))
     b = t["bound"]
-    print(f"  S bound from p2p_honest's α = {b['alpha']}, c = {b['c']}, v = {b['v']}: {b['bound']}")
+    print(
+        f"  S bound from p2p_honest's α = {b['alpha']} at {b['mean_draft_length']} draft tokens per round, "
+        f"c = {b['c']}, v = {b['v']}: {b['bound']}"
+    )
     for name, value in t["ratios"].items():
         aim = t["aims"].get(name)
         verdict = f"  (aim ≥ {aim['aim']}: {'met' if aim['met'] else 'NOT met'})" if aim else ""
@@ -425,7 +438,7 @@ def run_bench_p2p(cfg: P2PBenchConfig) -> dict:
     torch.set_num_threads(len(target_cores) if target_cores is not None else 2)
     pair = load_lab_pair(cfg.pair)
     workload = WORKLOADS[cfg.pair]
-    prompts = [prompt_ids(pair.tokenizer, p, workload.chat) for p in workload.bench]
+    prompts = [prompt_ids(pair.tokenizer, p, workload.chat) for p in workload.bench[: cfg.prompts]]
     costs = measure_costs(pair, cfg.gamma)
     with (
         sigterm_unwinds(),

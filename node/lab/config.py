@@ -11,7 +11,9 @@ from pathlib import Path
 from node.lab.workload import WORKLOADS, Workload
 from node.model.kernels import KERNELS
 from node.model.pairs import DEFAULT_PAIR, QWEN_DRAFT_DIR, QWEN_TARGET_DIR, get_pair
-from verifier.proposal import DEFAULT_GAMMA
+from node.target.config import TARGET_GAMMA
+from verifier.errors import InvalidParams
+from verifier.proposal import DEFAULT_GAMMA, MAX_GAMMA
 
 MAX_DEMO_TOKENS = 256  # the tiny target has a 512-position window; the prompts take a few dozen
 QUICK_MAX_TOKENS = 16
@@ -56,7 +58,8 @@ class BenchConfig:
 @dataclass(frozen=True)
 class P2PBenchConfig:
     max_new_tokens: int = 64
-    gamma: int = DEFAULT_GAMMA
+    gamma: int = TARGET_GAMMA  # a round's most draft tokens: the targets', and the in-process drafter's
+    prompts: int | None = None  # the first N of the pair's bench prompts (None: all)
     temperatures: tuple[float, ...] = (0.0, 1.0)
     repeats: int = 3  # interleaved repetitions; the median is reported
     draft_deadline_ms: float | None = None  # None: each target's own (node.target.config.auto_deadline_ms)
@@ -73,3 +76,29 @@ class TargetBenchConfig:
     repeats: int = 15  # passes per timing; the median is reported
     out: Path = Path("bench_out/bench_target.json")
     draft_dir: Path | None = QWEN_DRAFT_DIR  # its draft's ms per token is measured too (None: skipped)
+
+
+@dataclass(frozen=True)
+class DraftLengthConfig:
+    """`bench-draft-length` (node.lab.draft_length): traces of the pair's bench prompts, replayed."""
+
+    pair: str = DEFAULT_PAIR
+    prompts: int = 8  # the first N of the pair's bench prompts
+    seeds: int = 2  # answers per prompt, each its own seed
+    max_tokens: int = 64
+    temperature: float = 0.8  # the demo's
+    gammas: tuple[int, ...] = (4, 5, 6, 8)
+    thresholds: tuple[float, ...] = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+    transport_ms: float = 4.0  # one message's way over libp2p on loopback (the demo measures ~3 ms)
+    out: Path = Path("bench_out/draft_length.json")
+
+    def __post_init__(self) -> None:
+        get_pair(self.pair)
+        if self.prompts < 1 or self.seeds < 1 or self.max_tokens < 2:
+            raise InvalidParams("--prompts and --seeds must be >= 1, --max-tokens >= 2")
+        if not all(1 <= g <= MAX_GAMMA for g in self.gammas):
+            raise InvalidParams(f"every --gammas value must be in [1, {MAX_GAMMA}]")
+        if not all(0.0 <= t < 1.0 for t in self.thresholds):
+            raise InvalidParams("every --thresholds value must be in [0, 1)")
+        if self.temperature < 0 or self.transport_ms < 0:
+            raise InvalidParams("--temperature and --transport-ms must be >= 0")
