@@ -9,9 +9,13 @@ end at the first unsure token, at T = 0 and T = 0.8.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from node.cli import build_parser, main
 from node.lab.draft_length import Costs, block_length, replay_overlapped, replay_sequential, trace_of
+from node.model.pairs import DEFAULT_PAIR
 from verifier.decode import decode_speculative
 from verifier.params import SamplingParams
 from verifier.proposers import LocalDraftProposer
@@ -61,3 +65,25 @@ def test_overlapping_hides_the_draft_time_of_early_drafts(pair):
     # every round emits its block and the bonus: the draft tokens are all but one token a round
     assert rounds == same_rounds and sequential == pytest.approx(rounds + 0.1 * (MAX_TOKENS - rounds))
     assert overlapped == pytest.approx(0.4 + rounds * 1.0)  # the first answer's 4 draft tokens, then passes
+
+
+def test_the_command_writes_every_policy_and_defaults_to_the_default_pair(tmp_path, capsys):
+    out = tmp_path / "draft_length.json"
+    args = ["--pair", "tiny", "--prompts", "1", "--seeds", "2", "--max-tokens", "8", "--gammas", "2", "3"]
+    assert main(["bench-draft-length", *args, "--thresholds", "0", "0.5", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["answers"] == 2 and report["positions"] == 16 and len(report["rows"]) == 4
+    assert {(r["max_gamma"], r["threshold"]) for r in report["rows"]} == {(2, 0.0), (2, 0.5), (3, 0.0), (3, 0.5)}
+    assert all(r["speedup_overlapped"] > 0 and 1.0 <= r["tokens_per_pass"] <= 4.0 for r in report["rows"])
+    assert "tokens/pass" in capsys.readouterr().out
+    again = tmp_path / "again.json"  # the same traces and costs, other policies, nothing decoded
+    assert (
+        main(["bench-draft-length", "--replay", str(out), "--gammas", "2", "--thresholds", "0.5", "--out", str(again)])
+        == 0
+    )
+    replayed = json.loads(again.read_text())
+    assert replayed["traces"] == report["traces"] and replayed["rows"] == [
+        r for r in report["rows"] if r["max_gamma"] == 2 and r["threshold"] == 0.5
+    ]
+    parser_args = build_parser().parse_args(["bench-draft-length"])
+    assert parser_args.pair == DEFAULT_PAIR and parser_args.gammas == [4, 5, 6, 8]

@@ -227,13 +227,19 @@ def _add_bench_draft_length(sub) -> None:
         "--transport-ms", type=float, default=d["transport_ms"], help=f"one message's way (default {d['transport_ms']})"
     )
     p.add_argument("--out", type=Path, default=d["out"], help=f"JSON output path (default {d['out']})")
-    p.set_defaults(func=_cmd_bench_draft_length)
+    p.add_argument(
+        "--replay",
+        type=Path,
+        metavar="JSON",
+        help="sweep the traces and timed costs of an earlier output again (other policies, no decoding)",
+    )
+    p.set_defaults(func=_cmd_bench_draft_length, pair=d["pair"])
 
 
 def _cmd_bench_draft_length(args: argparse.Namespace) -> int:
     from node.lab.draft_length import run_bench_draft_length
 
-    names = ("pair", "prompts", "seeds", "max_tokens", "temperature", "transport_ms", "out")
+    names = ("pair", "prompts", "seeds", "max_tokens", "temperature", "transport_ms", "out", "replay")
     cfg = DraftLengthConfig(
         **{n: getattr(args, n) for n in names}, gammas=tuple(args.gammas), thresholds=tuple(args.thresholds)
     )

@@ -91,6 +91,7 @@ class DraftLengthConfig:
     thresholds: tuple[float, ...] = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
     transport_ms: float = 4.0  # one message's way over libp2p on loopback (the demo measures ~3 ms)
     out: Path = Path("bench_out/draft_length.json")
+    replay: Path | None = None  # an earlier output: sweep its traces and costs again, decode nothing
 
     def __post_init__(self) -> None:
         get_pair(self.pair)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verifier.decode import decode_plain
+from verifier.errors import InvalidParams
 from verifier.model import score
 from verifier.params import SamplingParams, token_probs
 from verifier.proposers import GREEDY_CONFIDENCE
@@ -143,7 +144,35 @@ def measure_costs(pair, max_gamma: int, transport_ms: float) -> Costs:
 
 
 def run_bench_draft_length(cfg) -> dict:
-    """Traces of the pair's bench prompts, the costs timed now, and the sweep (``DraftLengthConfig``)."""
+    """Traces of the pair's bench prompts, the costs timed now, and the sweep (``DraftLengthConfig``);
+    with ``cfg.replay`` the traces and costs of that earlier output instead, swept again."""
+    if cfg.replay is not None:
+        earlier = json.loads(cfg.replay.read_text())
+        traces = [Trace(tuple(t["matches"]), tuple(t["confidence"])) for t in earlier["traces"]]
+        c = earlier["costs"]
+        costs = Costs(c["t1_ms"] / 1e3, c["draft_ms"] / 1e3, cfg.transport_ms / 1e3, tuple(c["verify"]))
+        if len(costs.verify) <= max(cfg.gammas):
+            raise InvalidParams(f"{cfg.replay} timed passes of up to {len(costs.verify)} draft tokens only")
+    else:
+        traces, costs = _measure(cfg)
+    positions = sum(len(t.matches) for t in traces)
+    report = {
+        "pair": cfg.pair if cfg.replay is None else earlier["pair"],
+        "temperature": cfg.temperature if cfg.replay is None else earlier["temperature"],
+        "answers": len(traces),
+        "positions": positions,
+        "match_rate": round(sum(sum(t.matches) for t in traces) / positions, 4),
+        "costs": {"t1_ms": costs.t1_s * 1e3, "draft_ms": costs.draft_s * 1e3, "verify": costs.verify},
+        "rows": sweep(traces, cfg.gammas, cfg.thresholds, costs),
+        "traces": [{"matches": [int(m) for m in t.matches], "confidence": t.confidence} for t in traces],
+    }
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    cfg.out.write_text(json.dumps(report) + "\n")
+    _print(report)
+    return report
+
+
+def _measure(cfg) -> tuple[list[Trace], Costs]:
     import torch
     from tqdm import tqdm
 
@@ -158,22 +187,7 @@ def run_bench_draft_length(cfg) -> dict:
     jobs = [(ids, seed) for i, ids in enumerate(prompts) for seed in range(i * cfg.seeds, (i + 1) * cfg.seeds)]
     progress = tqdm(jobs, desc="traces", unit="answer", file=sys.stderr)
     traces = [trace_of(pair, ids, params, seed, cfg.max_tokens) for ids, seed in progress]
-    costs = measure_costs(pair, max(cfg.gammas), cfg.transport_ms)
-    rows = sweep(traces, cfg.gammas, cfg.thresholds, costs)
-    positions = sum(len(t.matches) for t in traces)
-    report = {
-        "pair": cfg.pair,
-        "temperature": cfg.temperature,
-        "answers": len(traces),
-        "positions": positions,
-        "match_rate": round(sum(sum(t.matches) for t in traces) / positions, 4),
-        "costs": {"t1_ms": costs.t1_s * 1e3, "draft_ms": costs.draft_s * 1e3, "verify": costs.verify},
-        "rows": rows,
-    }
-    cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    cfg.out.write_text(json.dumps(report, indent=2) + "\n")
-    _print(report)
-    return report
+    return traces, measure_costs(pair, max(cfg.gammas), cfg.transport_ms)
 
 
 def _print(report: dict) -> None:
