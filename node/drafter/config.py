@@ -18,9 +18,10 @@ from verifier.errors import InvalidParams
 
 MAX_THREADS = 256
 # A draft block (one round's answer, or an early draft) ends at the first token the draft gives a
-# probability below this, that token included (node.drafter.session). Measured on the qwen2.5-coder
-# pair: docs/target-performance.md, "Draft length".
-DEFAULT_MIN_CONFIDENCE = 0.5
+# probability below this, that token included (node.drafter.session). The winner of `specmarket
+# bench-draft-length` on the qwen2.5-coder pair at T = 0.8, with the target's γ ≤ 6 (the optimum is
+# flat: thresholds 0.7-0.9 at γ ≤ 6-8 are within 1%): docs/target-performance.md, "Draft length".
+DEFAULT_MIN_CONFIDENCE = 0.8
 
 
 @dataclass(frozen=True)
