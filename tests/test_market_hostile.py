@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import msgpack
 import pytest
@@ -53,8 +54,10 @@ def target(tmp_path_factory):
 
 
 class InProcessDrafter(netutil.InProcessDrafter):
-    def __init__(self, portal: TrioThread, tmp, bootstrap: str, strategy: str, slow_ms: int = SLOW_MS) -> None:
-        super().__init__(portal, tmp, bootstrap, strategy, slow_ms=slow_ms)
+    def __init__(
+        self, portal: TrioThread, tmp, bootstrap: str, strategy: str, slow_ms: int = SLOW_MS, **cfg: Any
+    ) -> None:
+        super().__init__(portal, tmp, bootstrap, strategy, slow_ms=slow_ms, **cfg)
 
 
 def wait_until_forgotten(http: str, peer_id: str, timeout_s: float = 10.0) -> None:
@@ -119,12 +122,13 @@ def test_a_drafter_slower_than_the_best_is_late_not_failed(portal, target, tmp_p
     but inside the deadline, is recorded as late: no timeout, no bench (two timeouts would bench it)."""
     http = target.lines["http"][0]
     bootstrap = target.lines["multiaddr"][0]
-    fast = InProcessDrafter(portal, tmp_path, bootstrap, "honest")
+    fixed = {"min_confidence": 0.0}  # blocks of γ: this is about lateness, not draft length
+    fast = InProcessDrafter(portal, tmp_path, bootstrap, "honest", **fixed)
     behind = None
     try:
         wait_for_drafters(http, 1)
         complete(http, PROMPTS[1], seed=6, max_tokens=48)  # the fast drafter is judged: a job keeps it
-        behind = InProcessDrafter(portal, tmp_path, bootstrap, "slow", slow_ms=LATE_MS)  # the untried slot
+        behind = InProcessDrafter(portal, tmp_path, bootstrap, "slow", slow_ms=LATE_MS, **fixed)  # the untried slot
         wait_for_drafters(http, 2)
         answer = complete(http, PROMPTS[0], seed=5, max_tokens=32)
         assert answer["specmarket"]["tokens"] == reference(pair, PROMPTS[0], 5, 32)
@@ -198,7 +202,7 @@ def test_drafter_still_drafts_and_logs_after_malformed_frames(portal, attacker, 
         return draft
 
     draft = portal.run(bad_then_good, attacker)
-    assert isinstance(draft, Draft) and draft.job == "job-ok" and draft.start == 0 and len(draft.tokens) == 4
+    assert isinstance(draft, Draft) and draft.job == "job-ok" and draft.start == 0 and 1 <= len(draft.tokens) <= 4
     assert any("dropping the stream from" in r.getMessage() and "msgpack" in r.getMessage() for r in caplog.records)
 
 

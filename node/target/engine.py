@@ -103,16 +103,16 @@ ChunkSink = Callable[[tuple[int, ...], str], Awaitable[None]]
 
 
 class JobProposer(Proposer, Protocol):
-    """A proposer for one job that can report, at the end, whose draft tokens were accepted."""
+    """A proposer for one job that can report, at the end, whose draft tokens were accepted. It may
+    also have ``watch_passes(timed_model)`` (it is handed the job's timed target) and
+    ``round_records()`` (one dict per draft round, ``node.target.draft_timing.RoundRecord``, kept in
+    the job history for ``GET /api/jobs/{id}/rounds``)."""
 
     def finish(self, context: Sequence[int]) -> dict[str, int]:
         """Settle the last round against the final ``context`` (prompt + output); drafter -> credits."""
 
     def timing(self) -> dict[str, float | int]:
         """Drafting overheads (rounds, seconds spent waiting for drafts)."""
-
-    def round_records(self) -> list[dict[str, float | int | str]]:
-        """One record per draft round (``node.target.draft_timing.RoundRecord``), for the job history."""
 
 
 class JobObserver(Protocol):
@@ -419,7 +419,7 @@ class Engine:
                 send.close()
             credits = proposer.finish([*spec.prompt, *result.tokens]) if proposer is not None else {}
             timing = {**timer[0].stats(), **(proposer.timing() if proposer is not None else {})}
-            rounds = proposer.round_records() if proposer is not None else []
+            rounds = proposer.round_records() if hasattr(proposer, "round_records") else []  # optional
         tail = text.flush()
         if tail and on_chunk is not None:
             await on_chunk((), tail)
