@@ -60,8 +60,20 @@ CHEAT = "flip-token"
 VERDICT_TIMEOUT_S = 120.0
 REFEREE_OUTCOME_TIMEOUT_S = 30.0  # a resolved challenge: each referee has printed its outcome by now
 DRAFTERS_TIMEOUT_S = 60.0
-MAX_WARM_UP_JOBS_PER_DRAFTER = 3
-WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS = "# warm-up\n", 10_000, 16
+MAX_WARM_UP_JOBS_PER_DRAFTER = 4
+WARM_UP_PROMPT, WARM_UP_SEED = "# warm-up\n", 10_000
+
+
+def _worst_case_offered(tokens: int, gamma: int) -> int:
+    """The most draft tokens a job of ``tokens`` offers: one token emitted a round, each round
+    offering γ capped so as not to pass the end (verifier.decode)."""
+    return sum(min(gamma, tokens - k - 1) for k in range(tokens))
+
+
+# The longest warm-up job that can never get its drafter judged (judge_after_tokens offered) on its
+# own: every drafter has its trial before one is judged, and with one slot per job the judged one
+# keeps it (market/policy.py).
+WARM_UP_TOKENS = max(t for t in range(2, 64) if _worst_case_offered(t, DEMO_GAMMA) < TargetConfig.judge_after_tokens)
 
 
 def step(message: str) -> None:
