@@ -10,8 +10,12 @@ the two shares of this report; it never reaches the market policy, which uses me
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from p2p.messages import Draft
+
+if TYPE_CHECKING:
+    from node.target.sessions import RoundState
 
 MS = 1000.0
 MAX_ROUND_RECORDS = 4096  # per job: a job longer than this keeps its first rounds' records only
@@ -32,6 +36,25 @@ class RoundRecord:
     draft_ms: float  # the chosen answer's drafter-reported time, clamped to its round trip (0: early/alone)
     transport_ms: float  # the rest of that answer's round trip: framing, network, both event loops
     verify_ms: float  # the target pass that verified the round
+
+    @classmethod
+    def of(cls, r: RoundState, verify_s: float) -> RoundRecord:
+        """A settled round: its draft's share of the wait, and the pass that verified it."""
+        draft, latency = r.chosen_draft if r.chosen is not None and r.chosen_draft else (None, None)
+        early = draft is not None and (latency is None or bool(draft.basis))  # as DraftTiming counts early hits
+        if early:
+            latency = None  # an early draft's time on the drafter is no round trip of this round's message
+        draft_s = min(draft.draft_ms / MS, latency) if draft is not None and latency is not None else 0.0
+        return cls(
+            k=r.k,
+            kind="alone" if draft is None else "early" if early else "answer",
+            drafted=len(draft.tokens) if draft is not None else 0,
+            accepted=r.accepted,
+            wait_ms=round(MS * r.wait_s, 3),
+            draft_ms=round(MS * draft_s, 3),
+            transport_ms=round(MS * (latency - draft_s), 3) if latency is not None else 0.0,
+            verify_ms=round(MS * verify_s, 3),
+        )
 
     def to_json(self) -> dict[str, float | int | str]:
         return asdict(self)

@@ -31,7 +31,7 @@ import trio
 from market.policy import Policy
 from market.registry import Registry
 from node.target.config import WAIT_BUDGET_SHARE
-from node.target.draft_timing import MAX_ROUND_RECORDS, MS, DraftTiming, RoundRecord
+from node.target.draft_timing import MAX_ROUND_RECORDS, DraftTiming, RoundRecord
 from node.target.sessions import MAX_DRAFTS_PER_MESSAGE, RemoteSession, RoundState, usable
 from p2p.framing import StreamFailed
 from p2p.messages import Advance, Draft, Error, InvalidMessage, Open
@@ -239,31 +239,9 @@ class MarketProposer:
                 log.info("job %s: drafter %s benched; not asking it again", self.job, session.peer_id)
         if not useful:
             self.wasted_s += self.last_wait_s
-        self._record(r)
-
-    def _record(self, r: RoundState) -> None:
-        """The settled round's record: its draft's share of the wait, and the pass that verified it."""
-        if len(self.records) >= MAX_ROUND_RECORDS:
-            return
-        draft, latency = r.chosen_draft if r.chosen is not None and r.chosen_draft else (None, None)
-        early = draft is not None and (latency is None or bool(draft.basis))  # as DraftTiming counts early hits
-        if early:
-            latency = None  # an early draft's time on the drafter is no round trip of this round's message
-        drafted = len(draft.tokens) if draft is not None else 0
-        draft_s = min(draft.draft_ms / MS, latency) if draft is not None and latency is not None else 0.0
-        verify_s = self.passes.pass_seconds[-1] if self.passes is not None and self.passes.pass_seconds else 0.0
-        self.records.append(
-            RoundRecord(
-                k=r.k,
-                kind="alone" if draft is None else "early" if early else "answer",
-                drafted=drafted,
-                accepted=r.accepted,
-                wait_ms=round(MS * r.wait_s, 3),
-                draft_ms=round(MS * draft_s, 3),
-                transport_ms=round(MS * (latency - draft_s), 3) if latency is not None else 0.0,
-                verify_ms=round(MS * verify_s, 3),
-            )
-        )
+        if len(self.records) < MAX_ROUND_RECORDS:
+            verify_s = self.passes.pass_seconds[-1] if self.passes is not None and self.passes.pass_seconds else 0.0
+            self.records.append(RoundRecord.of(r, verify_s))
 
     def watch_passes(self, passes) -> None:
         """The job's timed target (``TimedModel``): its prefill and one-position pass times."""
