@@ -37,6 +37,7 @@ from node.target.rounds import MarketProposer
 from tests import netutil
 from tests.netutil import complete, http_json, start_drafter, start_target, wait_for_drafters
 from verifier.params import SamplingParams
+from verifier.proposal import EMPTY
 
 pytestmark = pytest.mark.slow(seconds=30)  # scheduled first (tests/conftest.py)
 
@@ -173,11 +174,12 @@ class MeasuredPasses:
         return self._plain_s
 
 
-def _proposer(plain_pass_s: float | None) -> MarketProposer:
-    """A job's proposer with no drafters, a 60 ms deadline, a 10 ms prefill and these plain passes."""
+def _proposer(plain_pass_s: float | None, prefill_alone: bool = False) -> MarketProposer:
+    """A job's proposer with no drafters, a 60 ms deadline, a 10 ms prefill and these plain passes
+    (by default every round a draft round: the budget is about those)."""
     proposer = MarketProposer(
         [], job="j", params=SamplingParams(), seed=0, gamma=4, deadline_s=DEADLINE_MS / 1000,
-        registry=Registry(), policy=Policy(),
+        registry=Registry(), policy=Policy(), prefill_alone=prefill_alone,
     )  # fmt: skip
     proposer.watch_passes(MeasuredPasses(0.01, plain_pass_s))
     return proposer
@@ -244,3 +246,15 @@ def test_plain_estimate_counts_the_whole_output_of_a_job_the_budget_stopped_succ
     stats = proposer.timing()
     assert (stats["draft_rounds"], stats["draft_budget_stopped_at_round"]) == (5, 1)
     assert stats["plain_estimate_seconds"] == round(0.01 + 0.005 * len(output), 4)
+
+
+def test_the_prompt_round_is_sent_and_prefilled_alone_succeeds():
+    """PREFILL_ALONE: the first round sends the prompt and returns at once, without a draft; it is no
+    draft round (no record, no wait judged); the next round asks for drafts."""
+    proposer = _proposer(plain_pass_s=0.005, prefill_alone=True)
+    prompt = [7] * 9
+    assert trio.run(proposer._round, prompt, 0, 4) is EMPTY
+    assert proposer.prompt_sent and (proposer.rounds, proposer.empty_rounds, proposer.records) == (0, 0, [])
+    trio.run(proposer._round, [*prompt, 1], 1, 4)  # no drafter answers: a draft round decoded alone
+    proposer.finish([*prompt, 1, 2])
+    assert (proposer.rounds, [r.k for r in proposer.records]) == (1, [1])

@@ -121,6 +121,9 @@ def check_round_records(node, ext: dict) -> None:
     assert sum(r["drafted"] for r in rounds) == stats["draft_tokens_proposed"]
     assert sum(r["accepted"] for r in rounds) == stats["draft_tokens_accepted"]
     assert [r["k"] for r in rounds] == sorted({r["k"] for r in rounds}), "one record per round, in order"
+    # the prompt's round (PREFILL_ALONE) is sent and prefilled without waiting: no draft round, the
+    # first one asks at k = 1 (and a last round with room for no draft token asks nobody either)
+    assert rounds[0]["k"] == 1 and stats["target_passes"] in (len(rounds) + 1, len(rounds) + 2), (rounds[0], stats)
     for r in rounds:
         assert 0 <= r["accepted"] <= r["drafted"] and r["verify_ms"] > 0 and r["wait_ms"] >= 0, r
         assert r["draft_ms"] >= 0 and r["transport_ms"] >= 0 and (r["kind"] == "answer" or r["draft_ms"] == 0), r

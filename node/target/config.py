@@ -62,6 +62,13 @@ WAIT_BUDGET_SHARE = 0.05
 # draft is confident: chosen with it on the qwen2.5-coder pair (docs/target-performance.md).
 TARGET_GAMMA = 6
 
+# The first round's pass prefills the prompt, many times a one-position pass. It is decoded alone: the
+# target sends the drafters the prompt and prefills at once, while they prefill and draft their first
+# block; that block (less the token the prefill emitted, when the drafter predicted it) answers the
+# second round as soon as it is asked. Waiting for a first draft instead put the drafter's prefill
+# and first block in front of the target's (docs/target-performance.md, "The first chunk").
+PREFILL_ALONE = True
+
 
 @dataclass(frozen=True)
 class HttpLimits:

@@ -9,7 +9,9 @@ the market measure every drafter that answered in time, not only the one whose d
 The decode loop runs in a worker thread and calls ``MarketProposer.propose``, which hops into the
 trio loop for one round: send ``advance`` to every live session, wait for drafts until the best
 ranked drafter answers or the deadline passes, and return the best draft (or none: the target then
-decodes the round alone, so a slow drafter costs at most one deadline per round).
+decodes the round alone, so a slow drafter costs at most one deadline per round). The first round
+only sends the prompt (``open``) and is decoded alone: its pass is the prompt's prefill, during which
+the drafters prefill and draft their first block (``PREFILL_ALONE``).
 
 Drafting overlaps verification: while the target verifies a block, a drafter may already send an
 *early draft* for a later round, naming the tokens it assumes were emitted before it (its basis).
@@ -30,7 +32,7 @@ import trio
 
 from market.policy import Policy
 from market.registry import Registry
-from node.target.config import WAIT_BUDGET_SHARE
+from node.target.config import PREFILL_ALONE, WAIT_BUDGET_SHARE
 from node.target.draft_timing import MAX_ROUND_RECORDS, DraftTiming, RoundRecord
 from node.target.sessions import MAX_DRAFTS_PER_MESSAGE, RemoteSession, RoundState, usable
 from p2p.framing import StreamFailed
@@ -64,8 +66,11 @@ class MarketProposer:
         registry: Registry,
         policy: Policy,
         wait_budget: float = WAIT_BUDGET_SHARE,
+        prefill_alone: bool = PREFILL_ALONE,
     ) -> None:
         self.sessions = sessions
+        self.prefill_alone = prefill_alone  # the first round: send the prompt, then prefill without a draft
+        self.prompt_sent = False
         self.wait_budget = wait_budget  # 0: never stop waiting (see _over_budget)
         self.job, self.params, self.seed, self.gamma = job, params, seed, gamma
         self.deadline_s = deadline_s
@@ -113,18 +118,15 @@ class MarketProposer:
             self.rounds += 1
             self.empty_rounds += 1
             return EMPTY
-        self.round = RoundState(k=k, context=context, gamma=gamma)
         ends = trio.current_time() + self.deadline_s  # streams still opening, the sends, the drafts: one deadline
-        await self._wait_until(lambda: not self.opening, ends)
+        if self.prefill_alone and not self.prompt_sent:
+            await self._send_all(context, k, ends)
+            self.prompt_sent = True
+            self.wait_s += time.perf_counter() - started  # not a draft round: no record, nobody judged
+            return EMPTY
+        self.round = RoundState(k=k, context=context, gamma=gamma)
         self._promote_early(k, context)
-        live = self.live()
-        with trio.move_on_at(ends):
-            async with trio.open_nursery() as nursery:
-                for session in live:
-                    nursery.start_soon(self._send_update, session, context, k)
-        for session in live:
-            if session.alive and session.synced < len(context):  # a drafter that does not read
-                self._fail(session, "the context was not sent within the round's deadline")
+        await self._send_all(context, k, ends)
         ranked = self.policy.rank(self.registry, [s.peer_id for s in self.live()], explore=False)
         deadline_passed = await self._wait_for_drafts(ranked, ends)
         proposal = self._choose(ranked, gamma, deadline_passed)
@@ -134,6 +136,18 @@ class MarketProposer:
         self.rounds += 1
         self.empty_rounds += not proposal.tokens
         return proposal
+
+    async def _send_all(self, context: list[int], k: int, ends: float) -> None:
+        """The round's context to every live session (an open or an advance), within the deadline."""
+        await self._wait_until(lambda: not self.opening, ends)
+        live = self.live()
+        with trio.move_on_at(ends):
+            async with trio.open_nursery() as nursery:
+                for session in live:
+                    nursery.start_soon(self._send_update, session, context, k)
+        for session in live:
+            if session.alive and session.synced < len(context):  # a drafter that does not read
+                self._fail(session, "the context was not sent within the round's deadline")
 
     async def _send_update(self, session: RemoteSession, context: list[int], k: int) -> None:
         if session.synced == 0:
@@ -336,6 +350,8 @@ class MarketProposer:
     def _take(self, session: RemoteSession, msg: Draft, now: float) -> None:
         """File one draft: for a later round (the session's early slot), for this round, or stale."""
         r = self.round
+        if r.k < 0 and not msg.basis:  # the answer to a prompt sent before the prefill (PREFILL_ALONE): not
+            return  # waited for; the drafter answers the next round from the same draft, trimmed
         if msg.start > r.k:  # an early draft; the newest replaces an older one that was never used
             if session.early is not None:
                 self._stale(session, session.early, "replaced by a newer early draft")
