@@ -246,6 +246,18 @@ def test_lean_forks_share_weights_not_caches_succeeds(small_llama):
     assert b.weights is a.weights and list(a.cached()) == [1, 2, 3]
 
 
+def test_no_prefix_is_cached_where_wide_passes_run_another_kernel_succeeds(small_llama):
+    """The lean forward over HF weights runs passes wider than SKINNY_MAX_ROWS on torch's kernel, so
+    a prompt's rows differ with the prefill's width: its jobs start from an empty cache."""
+    from node.model.prefix_cache import PrefixCache
+
+    cache = PrefixCache(load_kernel(small_llama, "llama", "skinny"))
+    job = cache.fork_for([1, 2, 3])
+    job.extend([1, 2, 3])
+    cache.keep(job, 3)
+    assert not job.shape_invariant and len(cache.fork_for([1, 2, 3, 4]).cached()) == 0
+
+
 def test_lean_forward_past_the_context_window_reverts(small_llama):
     from verifier.errors import ContextTooLong
 

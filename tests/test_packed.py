@@ -186,3 +186,29 @@ def test_a_q8_draft_stays_close_to_its_float16_self_succeeds(reference, tmp_path
     want, got = lean.fork().extend(ids), q8.extend(ids)
     assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
     assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.75
+
+
+def test_a_prefix_cached_job_scores_what_a_fresh_one_does_succeeds(reference):
+    """Prefix caching (node.model.prefix_cache): a job forked with the cached keys and values of the
+    prompt prefix it shares with the last job gets, bit for bit, the logits of a job that prefills
+    everything, and its first pass scores only the rest of the prompt."""
+    from node.model.prefix_cache import PrefixCache
+    from verifier.model import score
+
+    _, lean, _ = reference
+    cache = PrefixCache(lean)
+    rng = np.random.default_rng(3)
+    system = [int(t) for t in rng.integers(300, size=70)]
+    first, second = [*system, 5, 6, 7], [*system, 8, 9]
+    job = cache.fork_for(first)
+    assert len(job.cached()) == 0  # nothing kept yet
+    score(job, first, [11, 12])
+    cache.keep(job, len(first))
+    reused = cache.fork_for(second)
+    assert list(reused.cached()) == system
+    got, positions = score(reused, second, [13, 14, 15])
+    want, _ = score(lean.fork(), second, [13, 14, 15])
+    assert np.array_equal(got, want) and positions == 2 + 3 and cache.reused == len(system)
+    assert len(cache.fork_for(first).cached()) == len(first) - 1  # all prefix: its last token is scored
+    with pytest.raises(ValueError, match="cannot copy"):
+        reused.fork_with_prefix(len(reused.cached()) + 1)

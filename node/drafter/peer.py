@@ -33,6 +33,7 @@ from node.drafter.session import DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
 from node.model.adapter import HFCausalLM
 from node.model.loading import load_model_dir, tokenizer_fingerprint
+from node.model.prefix_cache import PrefixCache
 from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamEnded, StreamFailed
 from p2p.host import InvalidAddress, parse_peer_addr, peer_addrs, running_host
@@ -96,10 +97,11 @@ class DrafterNode:
         self.max_sessions = MAX_SESSIONS
         self.host: IHost | None = None
         self.model.fork().extend([self.tokenizer.eos_token_id])  # warm up: the first forward pass is slow
+        self.prefixes = PrefixCache(self.model)  # node.model.prefix_cache
 
     def _new_session(self, msg: Open) -> DraftSession:
         params = SamplingParams(msg.temperature, msg.top_k, msg.top_p)  # raises InvalidParams
-        fork: HFCausalLM = self.model.fork()
+        fork: HFCausalLM = self.prefixes.fork_for(msg.context)  # the prompt's shared prefix already cached
         if len(msg.context) + msg.gamma > fork.max_positions:
             raise ProtocolViolation(f"context of {len(msg.context)} tokens does not fit the draft model")
         proposer = make_proposer(self.cfg.strategy, fork, self.tokenizer, self.rng.randrange(1 << 32))
@@ -234,6 +236,8 @@ class DrafterNode:
         finally:
             self.sessions -= 1
             await fs.close()
+            if session is not None and hasattr(session.proposer, "model"):
+                self.prefixes.keep(session.proposer.model, len(session.context) - session.k)
 
     async def _refuse(self, fs: FrameStream) -> None:
         """Full: say so in an ``error`` frame (a refusal, not a failure: the target does not bench for

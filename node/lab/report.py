@@ -142,7 +142,7 @@ def _headline(rows: dict[str, dict], result: dict) -> str:
         [
             ("output tokens", "tokens", str),
             ("latency per token", "latency_ms_per_token", lambda v: f"{v} ms"),
-            ("first chunk (prefill and first round), per answer", "first_chunk_ms_per_answer", lambda v: f"{v} ms"),
+            ("first chunk (the prompt's prefill), per answer", "first_chunk_ms_per_answer", lambda v: f"{v} ms"),
             ("latency per token after the first chunk", "decode_ms_per_token", lambda v: f"{v} ms"),
             ("tokens / s", "tokens_per_second", str),
             ("target forward passes", "target_passes", str),
@@ -160,8 +160,8 @@ def _headline(rows: dict[str, dict], result: dict) -> str:
     decode = plain["decode_ms_per_token"] / spec["decode_ms_per_token"]
     return (
         f"{table}\n\nSpeed-up (wall time without ÷ with): **{speed:.2f}×**; outputs identical: **{same}**. After "
-        f"each answer's first chunk (the prompt's prefill, which speculation does not shorten, and the first "
-        f"round): **{decode:.2f}×**."
+        f"each answer's first chunk (the prompt's prefill, which speculation does not shorten: the first round "
+        f"is decoded alone while the drafters prefill, `PREFILL_ALONE`): **{decode:.2f}×**."
     )
 
 

@@ -24,6 +24,7 @@ from node.chain.cheat import Cheat
 from node.chain.receipts import RequestSpec, SignedReceipt
 from node.model.decoding import check_fits, encode_prompt
 from node.model.loading import ModelPair
+from node.model.prefix_cache import PrefixCache
 from node.target.config import DEFAULT_MAX_JOBS
 from node.target.counters import EngineCounters, JobHistory, JobRecord, format_stats, new_job_id
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode
@@ -304,6 +305,7 @@ class Engine:
         self.observers: list[JobObserver] = []  # e.g. the HTTP API's latency histograms
         # plain decoding's step, measured now and then by every job that measures one of its own
         self.plain_pass_s = plain_pass_s or measure_plain_pass(pair.target)
+        self.prefixes = PrefixCache(pair.target)  # node.model.prefix_cache: exact, the forward is shape-invariant
 
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
         if self.drafting is None:
@@ -312,7 +314,8 @@ class Engine:
 
     def _decode(self, proposer: Proposer | None, job: JobSpec, on_token, timer: list[TimedModel]) -> DecodeResult:
         spec = job.request
-        target = TimedModel(self.pair.target.fork(), self.plain_pass_s)  # shared weights, own KV cache
+        # shared weights, own KV cache, holding the longest prefix of the prompt the last job cached
+        target = TimedModel(self.prefixes.fork_for(spec.prompt), self.plain_pass_s)
         if self.cheat is Cheat.DRAFT_MODEL:  # the cheap model answers, the receipt will claim the target
             target, proposer = TimedModel(self.pair.draft.fork()), None
         timer.append(target)
@@ -334,6 +337,8 @@ class Engine:
             on_token=on_token,
         )
         self.plain_pass_s = target.measured_plain_pass_s() or self.plain_pass_s  # the freshest measurement
+        if self.cheat is not Cheat.DRAFT_MODEL:
+            self.prefixes.keep(target.model, len(spec.prompt))
         if self.cheat is Cheat.FLIP_TOKEN:
             flipped = flip_tokens(result.tokens, 0, spec.max_tokens // 2, self.pair.target.vocab_size)
             result = DecodeResult(flipped, result.stats)

@@ -141,9 +141,14 @@ class LeanLM:
 
     kernel = "skinny"
 
-    def __init__(self, weights, name: str, lib: ctypes.CDLL, vocab_size: int, max_positions: int) -> None:
+    def __init__(
+        self, weights, name: str, lib: ctypes.CDLL, vocab_size: int, max_positions: int, shape_invariant: bool = False
+    ) -> None:
         self._lib, self.weights, self.name = lib, weights, name
         self.vocab_size, self.max_positions = vocab_size, max_positions
+        # every pass, a prefill of any width included, on the skinny kernel: a row's result never
+        # depends on its pass (packed models); HF-weight models run wide passes on torch's kernel
+        self.shape_invariant = shape_invariant
         self.reset()
 
     def reset(self) -> None:
@@ -160,7 +165,23 @@ class LeanLM:
 
     def fork(self) -> LeanLM:
         """Same weights, separate (empty) cache."""
-        return LeanLM(self.weights, self.name, self._lib, self.vocab_size, self.max_positions)
+        return LeanLM(self.weights, self.name, self._lib, self.vocab_size, self.max_positions, self.shape_invariant)
+
+    def fork_with_prefix(self, n: int) -> LeanLM:
+        """A fork whose cache holds a copy of this cache's first ``n`` positions: their keys and values,
+        bit for bit what a prefill of those tokens computes where the forward is ``shape_invariant``
+        (a row's result never depends on the pass it is in). Prefix caching (vLLM's automatic prefix
+        caching, SGLang's RadixAttention) without any change to what is computed."""
+        if not 0 <= n <= len(self._tokens):
+            raise ValueError(f"cannot copy {n} of {len(self._tokens)} cached positions")
+        other = self.fork()
+        if n:
+            other._reserve(n)
+            for mine, theirs in ((self._keys, other._keys), (self._values, other._values)):
+                for source, target in zip(mine, theirs, strict=True):
+                    target[:, :n] = source[:, :n]  # [KV, n, hd]
+            other._tokens = list(self._tokens[:n])
+        return other
 
     def rollback(self, n: int) -> None:
         if n < 0 or n > len(self._tokens):

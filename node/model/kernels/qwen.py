@@ -88,4 +88,5 @@ def load_packed_lm(directory: Path, cfg: dict, name: str, lib: ctypes.CDLL) -> L
     if cfg.get("model_type") not in SUPPORTED:
         raise ValueError(f"packed models of type {cfg.get('model_type')!r} are not supported (only {SUPPORTED})")
     weights = PackedQwenWeights(directory, cfg, lib)
-    return LeanLM(weights, name, lib, int(cfg["vocab_size"]), int(cfg["max_position_embeddings"]))
+    max_positions = int(cfg["max_position_embeddings"])
+    return LeanLM(weights, name, lib, int(cfg["vocab_size"]), max_positions, shape_invariant=True)
