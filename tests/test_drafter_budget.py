@@ -254,7 +254,7 @@ def test_the_prompt_round_is_sent_and_prefilled_alone_succeeds():
     proposer = _proposer(plain_pass_s=0.005, prefill_alone=True)
     prompt = [7] * 9
     assert trio.run(proposer._round, prompt, 0, 4) is EMPTY
-    assert proposer.prompt_sent and (proposer.rounds, proposer.empty_rounds, proposer.records) == (0, 0, [])
+    assert not proposer.send_only and (proposer.rounds, proposer.empty_rounds, proposer.records) == (0, 0, [])
     trio.run(proposer._round, [*prompt, 1], 1, 4)  # no drafter answers: a draft round decoded alone
     proposer.finish([*prompt, 1, 2])
     assert (proposer.rounds, [r.k for r in proposer.records]) == (1, [1])

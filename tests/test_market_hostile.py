@@ -245,3 +245,28 @@ def test_plaintext_only_peer_is_refused(portal, target):
 
     assert portal.run(dial, False) is False
     assert portal.run(dial, True) is True  # the same dial with Noise succeeds: the refusal is the security protocol
+
+
+def test_a_job_whose_drafter_is_dropped_drafts_on_with_another_succeeds(portal, tmp_path, pair):
+    """One slot per job, and the job's drafter sends garbage and is dropped at its first draft: the
+    job asks the policy's next choice among the peers it has not had (a refill) and drafts on with
+    the honest one, instead of decoding the rest of the answer alone."""
+    node = start_target(tmp_path, "--draft-deadline-ms", str(DRAFT_DEADLINE_MS), "--max-drafters", "1")
+    try:
+        http, bootstrap = node.lines["http"][0], node.lines["multiaddr"][0]
+        drafters = [InProcessDrafter(portal, tmp_path, bootstrap, s) for s in ("garbage", "honest")]
+        try:
+            wait_for_drafters(http, 2)
+            refills = []
+            for seed in range(3):
+                answer = complete(http, PROMPTS[0], seed=200 + seed, max_tokens=24)
+                assert answer["specmarket"]["tokens"] == reference(pair, PROMPTS[0], 200 + seed, 24)
+                stats = answer["specmarket"]["stats"]
+                assert stats["draft_tokens_accepted"] > 0, stats  # drafted with the honest peer in the end
+                refills.append(stats["draft_refills"])
+            assert sum(refills) >= 1, refills  # the garbage peer had its trial in some job, and was replaced
+        finally:
+            for d in drafters:
+                d.stop()
+    finally:
+        assert node.stop() == 0, node.log()[-3000:]

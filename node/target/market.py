@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 import trio
 from libp2p.abc import IHost
@@ -117,12 +118,12 @@ class MarketDrafting:
         if session is not None:
             await proposer.read_drafts(session)
 
-    def _select(self) -> list[str]:
+    def _select(self, exclude: frozenset[str] = frozenset()) -> list[str]:
         """The policy's choice, without the drafters that refused a session lately (full) or have
         left (listed until their jobs are credited). A chosen drafter the target holds no connection
         to sits the job out with an error on its record, as a failed dial used to give it (so a dead
         registration cannot keep the untried slot), but without the dial."""
-        out = {p for p in self.registry.peers() if self.registry.is_busy(p) or p in self.gone}
+        out = {p for p in self.registry.peers() if self.registry.is_busy(p) or p in self.gone or p in exclude}
         chosen = [p for p in self.policy.select(self.registry, self.max_drafters + len(out)) if p not in out]
         picked = []
         for peer in chosen[: self.max_drafters]:
@@ -157,6 +158,7 @@ class MarketDrafting:
             async with trio.open_nursery() as nursery:
                 for peer in peers:
                     nursery.start_soon(self._join, peer, gamma, proposer)
+                proposer.refill = partial(self._refill, nursery, proposer, gamma)
                 try:
                     yield proposer
                 finally:
@@ -164,6 +166,17 @@ class MarketDrafting:
         finally:
             with trio.CancelScope(shield=True):
                 await self._close(job_id, proposer.sessions)
+
+    def _refill(self, nursery: trio.Nursery, proposer: MarketProposer, gamma: int) -> bool:
+        """A job whose drafters were all dropped (benched, failed, timed out) asks the policy's next
+        choice among the peers it has not had, rather than decoding the rest alone."""
+        peers = self._select(exclude=frozenset(s.peer_id for s in proposer.sessions))
+        if not peers:
+            return False
+        proposer.opening += 1
+        nursery.start_soon(self._join, peers[0], gamma, proposer)
+        log.info("job %s: its drafters were dropped; drafting with %s instead", proposer.job, peers[0])
+        return True
 
     async def _close(self, job_id: str, sessions: list[RemoteSession]) -> None:
         for s in sessions:

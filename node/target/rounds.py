@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import trio
@@ -47,6 +47,7 @@ SEND_TIMEOUT_S = 1.0
 IDLE_READ_TIMEOUT_S = 600.0  # the reader waits for drafts for as long as the job lives
 MAX_MISSES_PER_JOB = 2  # consecutive missed deadlines before a session is dropped for the job
 MIN_BUDGET_ROUNDS = 1  # rounds of evidence before the budget can stop a job's drafting
+MAX_REFILLS_PER_JOB = 2  # replacement drafters a job asks for once all of its drafters were dropped
 
 
 class MarketProposer:
@@ -69,8 +70,11 @@ class MarketProposer:
         prefill_alone: bool = PREFILL_ALONE,
     ) -> None:
         self.sessions = sessions
-        self.prefill_alone = prefill_alone  # the first round: send the prompt, then prefill without a draft
-        self.prompt_sent = False
+        # the next round only sends the context: the prompt's round (prefill alone), or a round whose
+        # new drafter (a refill) catches up on the context while the target decodes alone
+        self.send_only = prefill_alone
+        self.refill: Callable[[], bool] | None = None  # asks for a replacement drafter (MarketDrafting)
+        self.refills = 0
         self.wait_budget = wait_budget  # 0: never stop waiting (see _over_budget)
         self.job, self.params, self.seed, self.gamma = job, params, seed, gamma
         self.deadline_s = deadline_s
@@ -92,10 +96,13 @@ class MarketProposer:
 
     # -- called from the worker thread ------------------------------------------------------
     def propose(self, context: Sequence[int], *, start: int, gamma: int, params: SamplingParams, seed: int):
-        if self.stopped_at is not None or not (self.opening or self.live()):  # the budget stopped it, or
-            self.rounds, self.empty_rounds = self.rounds + 1, self.empty_rounds + 1  # no drafter: no hop
+        if self.stopped_at is not None or not (self.opening or self.live() or self._may_refill()):  # the budget
+            self.rounds, self.empty_rounds = self.rounds + 1, self.empty_rounds + 1  # stopped it, or no drafter
             return EMPTY
         return trio.from_thread.run(self._round, list(context), start, gamma)
+
+    def _may_refill(self) -> bool:
+        return self.refill is not None and self.refills < MAX_REFILLS_PER_JOB
 
     def join(self, session: RemoteSession) -> None:
         """A session whose stream opened while the job ran: it drafts from the next round it is sent."""
@@ -118,10 +125,17 @@ class MarketProposer:
             self.rounds += 1
             self.empty_rounds += 1
             return EMPTY
+        if not (self.opening or self.live()) and self._may_refill():  # every drafter of the job was dropped
+            self.refills += 1
+            if self.refill():
+                self.send_only = True  # judged from the next round: its prefill is no deadline's business
+            else:
+                self.refills = MAX_REFILLS_PER_JOB  # nobody left to ask: no more hops for that
         ends = trio.current_time() + self.deadline_s  # streams still opening, the sends, the drafts: one deadline
-        if self.prefill_alone and not self.prompt_sent:
+        if self.send_only:
+            self.round = RoundState()  # an answer to this round's open is not waited for (see _take)
             await self._send_all(context, k, ends)
-            self.prompt_sent = True
+            self.send_only = False
             self.wait_s += time.perf_counter() - started  # not a draft round: no record, nobody judged
             return EMPTY
         self.round = RoundState(k=k, context=context, gamma=gamma)
@@ -310,6 +324,7 @@ class MarketProposer:
             "draft_wasted_wait_seconds": round(self.wasted_s, 4),
             "plain_estimate_seconds": round(self._plain_seconds(self.emitted) or 0.0, 4),
             "draft_budget_stopped_at_round": -1 if self.stopped_at is None else self.stopped_at,
+            "draft_refills": self.refills,
             **self.drafts.stats(),
         }
 
