@@ -128,7 +128,9 @@ def test_a_drafter_slower_than_the_best_is_late_not_failed(portal, target, tmp_p
     try:
         wait_for_drafters(http, 1)
         complete(http, PROMPTS[1], seed=6, max_tokens=48)  # the fast drafter is judged: a job keeps it
-        behind = InProcessDrafter(portal, tmp_path, bootstrap, "slow", slow_ms=LATE_MS, **fixed)  # the untried slot
+        # the untried slot; answers only (no early drafts, which could be ready before their round):
+        # every answer comes LATE_MS after the round asked, after the fast drafter's
+        behind = InProcessDrafter(portal, tmp_path, bootstrap, "slow", slow_ms=LATE_MS, overlap=False, **fixed)
         wait_for_drafters(http, 2)
         answer = complete(http, PROMPTS[0], seed=5, max_tokens=32)
         assert answer["specmarket"]["tokens"] == reference(pair, PROMPTS[0], 5, 32)
