@@ -24,7 +24,7 @@ class PrefixCache:
         self.model = model
         self._last: LanguageModel | None = None  # a copy holding the last kept prompt's positions
         self._lock = threading.Lock()  # jobs fork and keep from their own worker threads
-        self.reused = 0  # positions not recomputed, over all jobs (the node's stats)
+        self.reused = 0  # prompt positions copied instead of recomputed, over all jobs
 
     def fork_for(self, prompt: Sequence[int]) -> LanguageModel:
         """A fork of the model for a job on ``prompt``, its cache holding the longest cached prefix of

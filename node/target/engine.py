@@ -305,7 +305,7 @@ class Engine:
         self.observers: list[JobObserver] = []  # e.g. the HTTP API's latency histograms
         # plain decoding's step, measured now and then by every job that measures one of its own
         self.plain_pass_s = plain_pass_s or measure_plain_pass(pair.target)
-        self.prefixes = PrefixCache(pair.target)  # node.model.prefix_cache: exact, the forward is shape-invariant
+        self.prefixes = PrefixCache(pair.target)  # node.model.prefix_cache: only where the forward is shape-invariant
 
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
         if self.drafting is None:
