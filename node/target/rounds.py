@@ -192,29 +192,32 @@ class MarketProposer:
         """Until the best-ranked live drafter has answered, all have, or the deadline passes (True)."""
         by_peer = self._by_peer()
 
-        def answered() -> bool:
-            live = [by_peer[p] for p in ranked if by_peer[p].alive]
-            return not live or live[0].pending is not None or all(s.pending for s in live)
+        def answered() -> bool:  # a draft that arrived before its stream ended still counts (see _choose)
+            waiting = [by_peer[p] for p in ranked if by_peer[p].alive or by_peer[p].pending is not None]
+            return not waiting or waiting[0].pending is not None or all(s.pending for s in waiting)
 
         return await self._wait_until(answered, ends)
 
     def _choose(self, ranked: list[str], gamma: int, deadline_passed: bool) -> Proposal:
         """Close the round: a drafter that has not answered missed the deadline, or, when the round
-        closed early on the best-ranked draft, was merely late (recorded, not held against it)."""
+        closed early on the best-ranked draft, was merely late (recorded, not held against it).
+        A valid draft read before its stream ended (the drafter closed it, or sent garbage next) is
+        still the round's draft: it was whole and checked when it arrived, and the target verifies it
+        like any other; whether it counts must not depend on which of the two reads trio ran first."""
         by_peer = self._by_peer()
         self.round.closed = True
-        for session in self.live():
-            if session.pending is None and deadline_passed:
-                self._miss(session)
-            elif session.pending is None:
-                self.registry.record_late(session.peer_id)
-            else:
+        for session in self.sessions:
+            if session.pending is not None:
                 session.misses = 0
                 draft, latency = session.pending  # judge every draft at this round's γ (the last may be shorter)
                 session.pending = (replace(draft, tokens=draft.tokens[:gamma]), latency)
+            elif session.alive and deadline_passed:
+                self._miss(session)
+            elif session.alive:
+                self.registry.record_late(session.peer_id)
         for peer in ranked:
             session = by_peer[peer]
-            if session.alive and session.pending is not None and session.pending[0].tokens:
+            if session.pending is not None and session.pending[0].tokens:
                 self.round.chosen, self.round.chosen_draft = peer, session.pending
                 return Proposal(session.pending[0].tokens)
         self.round.chosen = None
