@@ -173,18 +173,22 @@ def test_to_hf_model_holds_the_packed_values_succeeds(reference):
     assert all(torch.equal(value, theirs[name]) for name, value in hf.state_dict().items())
 
 
-def test_a_q8_draft_stays_close_to_its_float16_self_succeeds(reference, tmp_path):
-    """A draft packed as int8 (one scale per row) computes nearly the float16 model's logits: its
-    precision is free (it never touches what the target samples), but it must still draft well."""
+# error: of the largest logit, on random gaussian weights (harsher than a trained model's: the real
+# pair's acceptance is measured in docs/target-performance.md); the integer definition is tests/test_group_quant.py's
+@pytest.mark.parametrize("quant,dtype,error", [("q8", "int8", 0.05), ("q5", "uint8", 0.1), ("q4", "uint8", 0.2)])
+def test_a_quantized_draft_stays_close_to_its_float16_self_succeeds(reference, tmp_path, quant, dtype, error):
+    """A draft packed as int8 (one scale per row), or 5 or 4 bits (a scale per group of 32), computes
+    nearly the float16 model's logits: its precision is free (it never touches what the target
+    samples), but it must still draft well."""
     from node.model.packed import PackedWeights
 
     hf, lean, _ = reference
-    write_packed(tmp_path, CONFIG, ((k, v.numpy()) for k, v in hf.state_dict().items()), quant="q8")
-    assert PackedWeights(tmp_path).entry("lm_head.weight").dtype == "int8"
-    q8 = load_packed_lm(tmp_path, CONFIG, "q8", library())
+    write_packed(tmp_path, CONFIG, ((k, v.numpy()) for k, v in hf.state_dict().items()), quant=quant)
+    assert PackedWeights(tmp_path).entry("lm_head.weight").dtype == dtype
+    draft = load_packed_lm(tmp_path, CONFIG, quant, library())
     ids = [5, 17, 250, 3, 99, 42, 7, 120]
-    want, got = lean.fork().extend(ids), q8.extend(ids)
-    assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+    want, got = lean.fork().extend(ids), draft.extend(ids)
+    assert np.abs(got - want).max() < error * np.abs(want).max()
     assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.75
 
 

@@ -8,6 +8,8 @@ offset, dtype, shape and layout:
   (node/model/kernels/skinny_gemm.c: blocks of ``ROWS_PER_BLOCK`` rows, and inside a block, for each
   group of 8 k's, the rows' 8 values after each other; rows past N are zero). The kernel reads it
   straight from the page cache: nothing is repacked or copied at load.
+- ``q5`` / ``q4``: a draft's linear weight in 5 or 4 bits with a float16 scale per group of 32 k's
+  (uint8 bytes in skinny_gemm.c's group layout; ``pack_groups``).
 - ``rows``: a plain row-major array (the token embedding in float16; norms and biases in float32).
 
 Q, K and V are written as one fused matrix (and one bias), and so are the MLP's gate and up: each
@@ -41,9 +43,11 @@ WEIGHTS_FILE = "weights.bin"
 INDEX_FILE = "weights.json"
 PACKED_FORMAT = 1
 ALIGN = 64  # bytes: every tensor starts on a cache line
-DTYPES = {"float16": np.float16, "float32": np.float32, "int8": np.int8}
+DTYPES = {"float16": np.float16, "float32": np.float32, "int8": np.int8, "uint8": np.uint8}
 SCALE_SUFFIX = ".scale"  # an int8 matrix's per-row scales, fp32 [N], beside it in the index
 Q8_LEVELS = 127  # symmetric int8: q = round(w / s), s = max |w_row| / 127
+GROUP = 32  # k's per group of a 4- or 5-bit matrix, each group with its own float16 scale
+QUANT_BITS = {"q4": 4, "q5": 5}  # group-quantized layouts (skinny_gemm.c's "4- and 5-bit weights")
 
 
 class PackedModelError(SpecmarketError):
@@ -76,6 +80,69 @@ def quantize_rows_q8(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # [N
     return q, scales.astype(np.float32)
 
 
+def group_bytes(bits: int) -> int:
+    """Bytes per block of ROWS_PER_BLOCK rows and group: nibbles, fifth bits (5-bit only), 4 scales."""
+    return ROWS_PER_BLOCK * GROUP // 2 + (ROWS_PER_BLOCK * GROUP // 8 if bits == 5 else 0) + ROWS_PER_BLOCK * 2
+
+
+def quantize_groups(weight: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:  # [N, K] -> q, s [N, K/32]
+    """Weight-only quantization with one float16 scale per group of GROUP k's: llama.cpp's Q4_0 and
+    Q5_0 (ggml, Gerganov et al.). The group's weight of largest magnitude m maps to level 0,
+    s = m / -z with z = 2^(bits-1), and q = round(w / s) + z clipped to 0 .. 2z - 1, so w ≈ (q - z) s.
+    A GGUF tensor that is already Q5_0 comes back exactly (its blocks were made by the same rule).
+    For a draft only: its precision changes acceptance, never what the target samples."""
+    rows, k = weight.shape
+    if k % GROUP:
+        raise PackedModelError(f"a {bits}-bit matrix needs K a multiple of {GROUP}, got {k}")
+    zero = 1 << (bits - 1)
+    groups = weight.reshape(rows, k // GROUP, GROUP).astype(np.float32)
+    at = np.abs(groups).argmax(axis=2)[..., None]
+    scales = (np.take_along_axis(groups, at, axis=2)[..., 0] / -zero).astype(np.float16)  # [N, G]
+    wide = scales.astype(np.float32)
+    inverse = np.divide(1.0, wide, out=np.zeros_like(wide), where=wide != 0)
+    q = np.clip(np.rint(groups * inverse[..., None]) + zero, 0, 2 * zero - 1).astype(np.uint8)
+    return q.reshape(rows, k), scales
+
+
+def pack_groups(q: np.ndarray, scales: np.ndarray, bits: int) -> np.ndarray:  # q [N, K], s [N, K/32] -> uint8
+    """skinny_gemm.c's group layout: per block of ROWS_PER_BLOCK rows and group g, 64 bytes with the low
+    4 bits of row r's k = 32 g + j in the low nibble of byte 16 r + j and of k = 32 g + 16 + j in its
+    high nibble; for 5 bits, two 64-bit masks of the fifth bits (bit 16 r + j); then the rows' 4
+    float16 scales (rows past N: q = z, scale 0)."""
+    rows, k = q.shape
+    blocks, groups, half = -(-rows // ROWS_PER_BLOCK), k // GROUP, GROUP // 2
+    padded = np.full((blocks * ROWS_PER_BLOCK, k), 1 << (bits - 1), dtype=np.uint8)
+    padded[:rows] = q
+    s = np.zeros((blocks * ROWS_PER_BLOCK, groups), dtype=np.float16)
+    s[:rows] = scales
+    g = padded.reshape(blocks, ROWS_PER_BLOCK, groups, GROUP).transpose(0, 2, 1, 3)  # [B, G, R, 32]
+    low, high = g[..., :half] & 0x0F, g[..., half:] & 0x0F
+    parts = [(low | (high << 4)).reshape(blocks, groups, -1)]  # [B, G, 64]
+    if bits == 5:
+        for plane in (g[..., :half], g[..., half:]):  # bit 16 r + j of a little-endian 64-bit mask
+            fifth = (plane >> 4).reshape(blocks, groups, -1).astype(bool)
+            parts.append(np.packbits(fifth, axis=2, bitorder="little"))  # [B, G, 8]
+    parts.append(s.reshape(blocks, ROWS_PER_BLOCK, groups).transpose(0, 2, 1).copy().view(np.uint8))  # [B, G, 8]
+    return np.concatenate(parts, axis=2).ravel()
+
+
+def unpack_groups(flat: np.ndarray, shape: tuple[int, ...], bits: int) -> np.ndarray:  # -> [N, K] fp32
+    """The inverse of ``pack_groups``, dequantized: (q - z) x scale."""
+    rows, k = shape
+    blocks, groups, half = -(-rows // ROWS_PER_BLOCK), k // GROUP, GROUP // 2
+    data = flat.reshape(blocks, groups, group_bytes(bits))
+    nibbles = data[..., : ROWS_PER_BLOCK * half].reshape(blocks, groups, ROWS_PER_BLOCK, half)
+    low, high = nibbles & 0x0F, nibbles >> 4
+    if bits == 5:
+        masks = data[..., ROWS_PER_BLOCK * half : ROWS_PER_BLOCK * half + 16].reshape(blocks, groups, 2, 8)
+        fifth = np.unpackbits(masks, axis=3, bitorder="little").reshape(blocks, groups, 2, ROWS_PER_BLOCK, half)
+        low, high = low | (fifth[:, :, 0] << 4), high | (fifth[:, :, 1] << 4)
+    q = np.concatenate([low, high], axis=3).astype(np.float32)  # [B, G, R, 32]
+    scales = data[..., -ROWS_PER_BLOCK * 2 :].copy().view(np.float16).astype(np.float32)  # [B, G, R]
+    w = (q - (1 << (bits - 1))) * scales[..., None]
+    return w.transpose(0, 2, 1, 3).reshape(blocks * ROWS_PER_BLOCK, k)[:rows]
+
+
 @dataclass(frozen=True)
 class Entry:
     """One tensor of the index."""
@@ -83,10 +150,12 @@ class Entry:
     offset: int
     dtype: str
     shape: tuple[int, ...]
-    layout: str  # "skinny" or "rows"
+    layout: str  # "skinny", "rows", or a group-quantized "q4" / "q5"
 
     @property
     def nbytes(self) -> int:
+        if self.layout in QUANT_BITS:
+            return -(-self.shape[0] // ROWS_PER_BLOCK) * (self.shape[1] // GROUP) * group_bytes(QUANT_BITS[self.layout])
         count = int(np.prod(self.shape))
         if self.layout == "skinny":
             count = -(-self.shape[0] // ROWS_PER_BLOCK) * ROWS_PER_BLOCK * self.shape[1]
@@ -108,17 +177,23 @@ class PackedWriter:
         offset = self._file.tell()
         pad = -offset % ALIGN
         self._file.write(b"\0" * pad)
-        dtype = {np.dtype(np.float16): "float16", np.dtype(np.int8): "int8"}.get(data.dtype, "float32")
+        dtype = {np.dtype(np.float16): "float16", np.dtype(np.int8): "int8", np.dtype(np.uint8): "uint8"}
+        dtype = dtype.get(data.dtype, "float32")
         self._entries[name] = Entry(offset + pad, dtype, tuple(int(s) for s in shape), layout)
         self._file.write(np.ascontiguousarray(data).tobytes())
 
     def linear(self, name: str, weight: np.ndarray, quant: str | None = None) -> None:  # weight [N, K]
-        """A linear layer's weight, float16 or (``quant="q8"``) int8 with its row scales."""
+        """A linear layer's weight, float16, or a draft's (``quant``) int8 with its row scales ("q8")
+        or 4- or 5-bit with group scales ("q4", "q5")."""
+        if quant in QUANT_BITS:
+            bits = QUANT_BITS[quant]
+            self._write(name, pack_groups(*quantize_groups(weight, bits), bits), weight.shape, quant)
+            return
         if quant == "q8":
             weight, scales = quantize_rows_q8(weight)
             self._write(name + SCALE_SUFFIX, scales, scales.shape, "rows")
         elif quant is not None:
-            raise PackedModelError(f"unknown quantization {quant!r} (only q8)")
+            raise PackedModelError(f"unknown quantization {quant!r} (q8, q5 or q4)")
         self._write(name, pack_skinny(weight), weight.shape, "skinny")
 
     def rows(self, name: str, array: np.ndarray, dtype=np.float32) -> None:
@@ -196,14 +271,14 @@ class PackedWeights:
         with warnings.catch_warnings():  # the map is read-only by design: nothing writes to weights
             warnings.simplefilter("ignore", UserWarning)
             tensor = torch.from_numpy(array)
-        return tensor if entry.layout == "skinny" else tensor.view(*entry.shape)
+        return tensor if entry.layout == "skinny" or entry.layout in QUANT_BITS else tensor.view(*entry.shape)
 
 
 def write_packed(
     directory: Path, config: dict, tensors: Iterable[tuple[str, np.ndarray]], quant: str | None = None
 ) -> None:
     """A packed model directory from HF-named Qwen2 tensors (fp32 arrays, any order): linear
-    weights rounded to float16 (or, with ``quant="q8"``, a draft's int8; q/k/v and gate/up fused),
+    weights rounded to float16 (or, with ``quant``, a draft's int8 or 4-bit; q/k/v and gate/up fused),
     the embedding to float16, norms and biases kept in fp32. ``config`` is the HF-style config
     written as ``config.json``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -278,7 +353,9 @@ def to_hf_model(directory: Path | str):
         if name.endswith(SCALE_SUFFIX):
             continue
         array = packed.tensor(name).numpy()
-        if entry.layout == "skinny":
+        if entry.layout in QUANT_BITS:
+            array = unpack_groups(array, entry.shape, QUANT_BITS[entry.layout])
+        elif entry.layout == "skinny":
             array = unpack_skinny(array, entry.shape).astype(np.float32)
         if entry.dtype == "int8":
             array = array * packed.tensor(name + SCALE_SUFFIX).numpy()[:, None]

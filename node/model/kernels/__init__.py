@@ -40,6 +40,7 @@ CFLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-std=c11")
 LIBS = ("-lm",)
 REQUIRED_CPU_FLAGS = ("avx2", "fma", "f16c")
 WIDE_CPU_FLAGS = ("avx512f", "avx512dq", "avx512vl")  # the float16 product's AVX-512 path (same bits)
+VNNI_CPU_FLAGS = (*WIDE_CPU_FLAGS, "avx512bw", "avx512_vnni")  # the 4-/5-bit draft product's (same bits)
 ISA_ENV = "SPECMARKET_KERNEL_ISA"  # "avx2" keeps the AVX2 path on an AVX-512 machine (benchmarks, tests)
 LANES = 8  # floats per AVX2 register: the kernel needs K to be a multiple
 ROWS_PER_BLOCK = 4  # skinny_gemm.c's: weight rows per packed block (node.model.packed writes the same)
@@ -100,6 +101,11 @@ def library() -> ctypes.CDLL:
     lib.skinny_gemm_i8_wide.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_gemm_f16_wide.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3
     lib.skinny_rows_per_block.restype = ctypes.c_int
+    for void in (lib.skinny_gemm, lib.skinny_gemm_f16, lib.skinny_gemm_i8, lib.skinny_gemm_i8_wide):
+        void.restype = None  # (ctypes would read whatever the return register holds as an int)
+    lib.skinny_gemm_f16_wide.restype = None
+    for grouped in (lib.skinny_gemm_qg, lib.skinny_gemm_qg_vnni):
+        grouped.argtypes, grouped.restype = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4, ctypes.c_int
     lib.skinny_rms_norm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_float]
     lib.skinny_rope.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 4 + [ctypes.c_void_p] * 2
     lib.skinny_attention.argtypes = (
@@ -112,9 +118,9 @@ def library() -> ctypes.CDLL:
     return lib
 
 
-def has_wide_path() -> bool:
-    """Whether the float16 product may take its AVX-512 path here (CPU flags, unless ISA_ENV says avx2)."""
-    return os.environ.get(ISA_ENV, "").lower() != "avx2" and all(f in _cpu_flags() for f in WIDE_CPU_FLAGS)
+def has_wide_path(flags: tuple[str, ...] = WIDE_CPU_FLAGS) -> bool:
+    """Whether a product may take its AVX-512 path here (CPU ``flags``, unless ISA_ENV says avx2)."""
+    return os.environ.get(ISA_ENV, "").lower() != "avx2" and all(f in _cpu_flags() for f in flags)
 
 
 def f16_gemm(lib: ctypes.CDLL):
@@ -126,3 +132,10 @@ def f16_gemm(lib: ctypes.CDLL):
 def i8_gemm(lib: ctypes.CDLL):
     """The int8 product (a draft's weights, unscaled) for this CPU, like ``f16_gemm``."""
     return lib.skinny_gemm_i8_wide if has_wide_path() else lib.skinny_gemm_i8
+
+
+def group_gemm(lib: ctypes.CDLL):
+    """The 4- or 5-bit product (a draft's weights, int8 activations; its last argument the bits) for
+    this CPU: AVX512-VNNI where it has it, else AVX2, bit-identical either way. Returns non-zero when
+    its scratch cannot be allocated."""
+    return lib.skinny_gemm_qg_vnni if has_wide_path(VNNI_CPU_FLAGS) else lib.skinny_gemm_qg

@@ -6,7 +6,7 @@ import ctypes
 
 import torch
 
-from node.model.kernels import LANES, SKINNY_MAX_ROWS, f16_gemm, i8_gemm
+from node.model.kernels import LANES, SKINNY_MAX_ROWS, f16_gemm, group_gemm, i8_gemm
 
 
 def is_exact_in_float16(weight: torch.Tensor) -> bool:
@@ -93,23 +93,29 @@ class PackedLinear:
     """A linear map whose weights are already in the kernel's packed layout (node.model.packed,
     memory-mapped): every pass runs the skinny kernel, whatever its width, so a row's result is the
     same in a prefill as in a one-row decode or a verification pass (bit for bit). float16 weights,
-    or a draft's int8 weights with per-row ``scales`` (applied to the fp32 sums)."""
+    or a draft's: int8 with per-row ``scales`` (applied to the fp32 sums), or ``bits`` 4 or 5 (uint8
+    bytes in the group layout, scales inside; the activations go to int8 in the kernel)."""
 
     def __init__(
-        self, packed: torch.Tensor, out_features: int, in_features: int, lib: ctypes.CDLL, scales=None
+        self, packed: torch.Tensor, out_features: int, in_features: int, lib: ctypes.CDLL, scales=None, bits=None
     ) -> None:
-        if packed.dtype not in (torch.float16, torch.int8) or in_features % LANES:
-            raise ValueError(f"a packed linear needs float16 or int8 weights and K a multiple of {LANES}")
-        if (packed.dtype == torch.int8) != (scales is not None):
-            raise ValueError("int8 weights need their row scales (and float16 ones have none)")
+        if packed.dtype not in (torch.float16, torch.int8, torch.uint8) or in_features % LANES:
+            raise ValueError(f"a packed linear needs float16, int8 or 4-/5-bit weights and K a multiple of {LANES}")
+        if (packed.dtype == torch.int8) != (scales is not None) or (packed.dtype == torch.uint8) != (bits is not None):
+            raise ValueError("int8 weights need their row scales, 4-/5-bit ones their bits (and float16 neither)")
         self.packed, self.out_features, self.in_features, self.scales = packed, out_features, in_features, scales
-        self._gemm = i8_gemm(lib) if scales is not None else f16_gemm(lib)
+        if bits is not None:
+            grouped = group_gemm(lib)
+            self._gemm = lambda x, w, out, m, n, k: grouped(x, w, out, m, n, k, bits)
+        else:
+            self._gemm = i8_gemm(lib) if scales is not None else f16_gemm(lib)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, N]
         flat = x.reshape(-1, self.in_features).contiguous()
         m, n, k = flat.shape[0], self.out_features, self.in_features
         out = torch.empty(m, n, dtype=torch.float32)
-        self._gemm(flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), m, n, k)
+        if self._gemm(flat.data_ptr(), self.packed.data_ptr(), out.data_ptr(), m, n, k):
+            raise MemoryError(f"no memory for the {m} x {k} quantized activations of a grouped product")
         if self.scales is not None:
             out *= self.scales
         return out

@@ -18,15 +18,17 @@ import torch
 
 from node.model.kernels.linear import PackedLinear
 from node.model.kernels.llama import INITIAL_CAPACITY, LeanLM, RMSNorm
-from node.model.packed import SCALE_SUFFIX, PackedWeights
+from node.model.packed import QUANT_BITS, SCALE_SUFFIX, PackedWeights
 
 SUPPORTED = ("qwen2",)
 
 
 def _linear(packed: PackedWeights, name: str, n: int, k: int, lib: ctypes.CDLL) -> PackedLinear:
-    """The packed linear ``name`` [n, k]: float16, or int8 with the row scales stored beside it."""
+    """The packed linear ``name`` [n, k]: float16, int8 with the row scales stored beside it, or a
+    draft's 4-/5-bit groups."""
     scales = packed.tensor(name + SCALE_SUFFIX) if name + SCALE_SUFFIX in packed else None
-    return PackedLinear(packed.tensor(name), n, k, lib, scales)
+    bits = QUANT_BITS.get(packed.entry(name).layout)
+    return PackedLinear(packed.tensor(name), n, k, lib, scales, bits)
 
 
 class _PackedLayer:

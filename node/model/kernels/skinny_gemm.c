@@ -27,6 +27,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define LANES 8
 #define ROWS_PER_BLOCK 4 /* W rows per block: the tile height, so a block streams in order */
@@ -237,6 +239,226 @@ WIDE void skinny_gemm_f16_wide(const float *x, const uint16_t *packed, float *ou
 /* skinny_gemm_i8 on AVX-512: the same result, bit for bit (int8 widens exactly, then the same FMAs). */
 WIDE void skinny_gemm_i8_wide(const float *x, const int8_t *packed, float *out, int m_rows, int n_rows, int k) {
     wide_gemm(packed, sizeof(int8_t), WIDE_TILES_i8, x, out, m_rows, n_rows, k);
+}
+
+/* ---- 4- and 5-bit weights, int8 activations: a draft only (its precision never touches exactness) ----
+ *
+ * A draft's decode step reads every weight once, so its bytes per weight set its speed. Group
+ * layouts (node/model/packed.py writes them): blocks of ROWS_PER_BLOCK rows; per block and group of
+ * QG_GROUP k's: 64 bytes of nibbles, byte 16 r + j holding the low 4 bits of row r's weight at
+ * k = 32 g + j in its low nibble and at k = 32 g + 16 + j in its high one; for 5 bits, two 64-bit
+ * masks of the fifth bits (bit 16 r + j of the first for k = 32 g + j, of the second for
+ * k = 32 g + 16 + j); then the block's 4 row scales as float16. w = (q - 2^(bits-1)) * scale. These
+ * are llama.cpp's Q4_0 and Q5_0 blocks (ggml, Gerganov et al.) laid out for 4 rows at a time; a
+ * GGUF's Q5_0 tensor is carried over exactly.
+ *
+ * x is quantized per row and group to int8 with an absmax scale (llama.cpp's Q8_0), so a group's
+ * product is an integer dot product: AVX512-VNNI's vpdpbusd (64 u8 x s8 products an instruction),
+ * or AVX2's vpmaddubsw + vpmaddwd, which give the same int32s (no pair sum nears int16's limit:
+ * 2 x 31 x 127 = 7874). The zero point enters as -2^(bits-1) x the group's sum of x in one int32
+ * lane per row; the int32 sum is converted and scaled by (w scale x x scale) into fp32 lanes, group
+ * after group; a row's 4 lanes are summed in a fixed order at the end. Both paths do the same float
+ * operations per lane, so they agree bit for bit, and each row's result is the same in a pass of
+ * any width (x rows are quantized alone). */
+#define QG_GROUP 32
+#define QG_NIBBLE_BYTES (ROWS_PER_BLOCK * QG_GROUP / 2)
+#define QG_GROUP_BYTES(BITS) (QG_NIBBLE_BYTES + ((BITS) == 5 ? ROWS_PER_BLOCK * QG_GROUP / 8 : 0) + ROWS_PER_BLOCK * 2)
+#define QG_ZERO(BITS) (1 << ((BITS) - 1))
+#define X_LEVELS 127.0f
+#define QG_X_ROWS 8      /* x rows per tile on AVX-512 (8 accumulators + the group's vectors) */
+#define QG_X_ROWS_AVX2 4 /* on AVX2: two 256-bit accumulators per x row, 16 registers */
+
+int skinny_group_bytes(int bits) { return bits == 4 || bits == 5 ? QG_GROUP_BYTES(bits) : -1; }
+
+/* x [m_rows, k] -> q [m_rows, k] int8, scale and sum(q) [m_rows, groups] */
+static void quantize_x(const float *x, int m_rows, int k, int8_t *q, float *scale, int32_t *sum) {
+    int groups = k / QG_GROUP;
+    for (int m = 0; m < m_rows; m++)
+        for (int g = 0; g < groups; g++) {
+            const float *xg = x + (size_t)m * k + (size_t)g * QG_GROUP;
+            int8_t *qg = q + (size_t)m * k + (size_t)g * QG_GROUP;
+            float top = 0.0f;
+            for (int i = 0; i < QG_GROUP; i++) top = fabsf(xg[i]) > top ? fabsf(xg[i]) : top;
+            float inv = top > 0.0f ? X_LEVELS / top : 0.0f;
+            int32_t total = 0;
+            for (int i = 0; i < QG_GROUP; i++) {
+                float v = nearbyintf(xg[i] * inv);
+                qg[i] = (int8_t)(v > X_LEVELS ? X_LEVELS : v < -X_LEVELS ? -X_LEVELS : v);
+                total += qg[i];
+            }
+            scale[(size_t)m * groups + g] = top / X_LEVELS;
+            sum[(size_t)m * groups + g] = total;
+        }
+}
+
+/* a row's result from its 4 fp32 lanes, in one order for both paths */
+static inline void qg_store(const float lanes[16], float *out, int m, int n_rows, int n0) {
+    for (int r = 0; r < ROWS_PER_BLOCK && n0 + r < n_rows; r++)
+        out[(size_t)m * n_rows + n0 + r] = (lanes[4 * r] + lanes[4 * r + 1]) + (lanes[4 * r + 2] + lanes[4 * r + 3]);
+}
+
+typedef struct {
+    const int8_t *q;
+    const float *scale;
+    const int32_t *sum;
+} q8_rows;
+
+/* 16 where bit i of `bits` is set, for the 32 bytes i of one AVX2 half (the fifth bits) */
+static inline __m256i fifth_bits(uint32_t bits) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, /* bytes of bits */
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i select = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), spread), select);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, select), _mm256_set1_epi8(16));
+}
+
+static inline __attribute__((always_inline)) void qg_tile_avx2(const uint8_t *block, q8_rows x, float *out, int groups,
+                                                               int k, int n_rows, int n0, int m0, const int X_ROWS,
+                                                               const int BITS) {
+    __m256 acc[QG_X_ROWS_AVX2][2];
+    for (int j = 0; j < X_ROWS; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i first = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), second = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *p = block + (size_t)g * QG_GROUP_BYTES(BITS);
+        prefetch_ahead(p, 0, 1);
+        const uint8_t *sp = p + QG_GROUP_BYTES(BITS) - ROWS_PER_BLOCK * 2;
+        __m256 s4 = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)sp)));
+        __m256 sw[2] = {_mm256_permutevar8x32_ps(s4, first), _mm256_permutevar8x32_ps(s4, second)};
+        __m256i lo[2], hi[2];
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(p + 32 * h)); /* rows 2h and 2h + 1 */
+            lo[h] = _mm256_and_si256(v, nib);
+            hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+            if (BITS == 5) {
+                uint32_t bits_lo, bits_hi;
+                memcpy(&bits_lo, p + QG_NIBBLE_BYTES + 4 * h, 4);
+                memcpy(&bits_hi, p + QG_NIBBLE_BYTES + 8 + 4 * h, 4);
+                lo[h] = _mm256_add_epi8(lo[h], fifth_bits(bits_lo));
+                hi[h] = _mm256_add_epi8(hi[h], fifth_bits(bits_hi));
+            }
+        }
+        for (int j = 0; j < X_ROWS; j++) {
+            size_t row = (size_t)(m0 + j), at = row * groups + g;
+            const int8_t *xr = x.q + row * k + (size_t)g * QG_GROUP;
+            __m256i xa = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)xr));
+            __m256i xb = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(xr + 16)));
+            __m256i zero = _mm256_blend_epi32(_mm256_setzero_si256(), _mm256_set1_epi32(-QG_ZERO(BITS) * x.sum[at]), 0x11);
+            __m256 xs = _mm256_set1_ps(x.scale[at]);
+            for (int h = 0; h < 2; h++) {
+                __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo[h], xa), ones),
+                                             _mm256_madd_epi16(_mm256_maddubs_epi16(hi[h], xb), ones));
+                d = _mm256_add_epi32(zero, d);
+                acc[j][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(sw[h], xs), acc[j][h]);
+            }
+        }
+    }
+    for (int j = 0; j < X_ROWS; j++) {
+        float lanes[16];
+        _mm256_storeu_ps(lanes, acc[j][0]);
+        _mm256_storeu_ps(lanes + 8, acc[j][1]);
+        qg_store(lanes, out, m0 + j, n_rows, n0);
+    }
+}
+
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+
+static inline VNNI __attribute__((always_inline)) void qg_tile_vnni(const uint8_t *block, q8_rows x, float *out,
+                                                                    int groups, int k, int n_rows, int n0, int m0,
+                                                                    const int X_ROWS, const int BITS) {
+    __m512 acc[QG_X_ROWS];
+    for (int j = 0; j < X_ROWS; j++) acc[j] = _mm512_setzero_ps();
+    const __m512i nib = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const __m512i expand = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (int g = 0; g < groups; g++) {
+        const uint8_t *p = block + (size_t)g * QG_GROUP_BYTES(BITS);
+        prefetch_ahead(p, 0, 1);
+        __m512i v = _mm512_loadu_si512((const void *)p);
+        __m512i lo = _mm512_and_si512(v, nib), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        if (BITS == 5) {
+            uint64_t bits_lo, bits_hi;
+            memcpy(&bits_lo, p + QG_NIBBLE_BYTES, 8);
+            memcpy(&bits_hi, p + QG_NIBBLE_BYTES + 8, 8);
+            lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(bits_lo), lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(bits_hi), hi, sixteen);
+        }
+        const uint8_t *sp = p + QG_GROUP_BYTES(BITS) - ROWS_PER_BLOCK * 2;
+        __m128 s4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)sp));
+        __m512 sw = _mm512_permutexvar_ps(expand, _mm512_castps128_ps512(s4));
+        for (int j = 0; j < X_ROWS; j++) {
+            size_t row = (size_t)(m0 + j), at = row * groups + g;
+            const int8_t *xr = x.q + row * k + (size_t)g * QG_GROUP;
+            __m512i xa = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xr));
+            __m512i xb = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xr + 16)));
+            __m512i d = _mm512_maskz_set1_epi32(0x1111, -QG_ZERO(BITS) * x.sum[at]); /* lane 0 of each row */
+            d = _mm512_dpbusd_epi32(d, lo, xa);
+            d = _mm512_dpbusd_epi32(d, hi, xb);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sw, _mm512_set1_ps(x.scale[at])), acc[j]);
+        }
+    }
+    for (int j = 0; j < X_ROWS; j++) {
+        float lanes[16];
+        _mm512_storeu_ps(lanes, acc[j]);
+        qg_store(lanes, out, m0 + j, n_rows, n0);
+    }
+}
+
+typedef void (*qg_tile_fn)(const uint8_t *, q8_rows, float *, int, int, int, int, int);
+#define QG_TILE(PATH, BITS, X, ATTR)                                                                        \
+    static ATTR void qg_##PATH##_##BITS##_##X(const uint8_t *b, q8_rows x, float *o, int g, int k, int n, int n0, \
+                                              int m0) {                                                    \
+        qg_tile_##PATH(b, x, o, g, k, n, n0, m0, X, BITS);                                                 \
+    }
+#define NO_ATTR
+#define QG_TILES(BITS)                                                                                      \
+    QG_TILE(avx2, BITS, 1, NO_ATTR) QG_TILE(avx2, BITS, 2, NO_ATTR) QG_TILE(avx2, BITS, 3, NO_ATTR)          \
+    QG_TILE(avx2, BITS, 4, NO_ATTR) QG_TILE(vnni, BITS, 1, VNNI) QG_TILE(vnni, BITS, 2, VNNI)                 \
+    QG_TILE(vnni, BITS, 3, VNNI) QG_TILE(vnni, BITS, 4, VNNI) QG_TILE(vnni, BITS, 5, VNNI)                    \
+    QG_TILE(vnni, BITS, 6, VNNI) QG_TILE(vnni, BITS, 7, VNNI) QG_TILE(vnni, BITS, 8, VNNI)                    \
+    static const qg_tile_fn QG_AVX2_##BITS[QG_X_ROWS_AVX2 + 1] = {0, qg_avx2_##BITS##_1, qg_avx2_##BITS##_2, \
+                                                                  qg_avx2_##BITS##_3, qg_avx2_##BITS##_4};   \
+    static const qg_tile_fn QG_VNNI_##BITS[QG_X_ROWS + 1] = {                                                \
+        0, qg_vnni_##BITS##_1, qg_vnni_##BITS##_2, qg_vnni_##BITS##_3, qg_vnni_##BITS##_4,                   \
+        qg_vnni_##BITS##_5, qg_vnni_##BITS##_6, qg_vnni_##BITS##_7, qg_vnni_##BITS##_8};
+QG_TILES(4)
+QG_TILES(5)
+
+/* out[m_rows, n_rows] = x @ W^T for group-packed W of `bits` 4 or 5; k a multiple of QG_GROUP.
+ * Returns 0; -1 when the scratch for the quantized x cannot be allocated, -2 for other bits. */
+static int qg_gemm(const float *x, const uint8_t *packed, float *out, int m_rows, int n_rows, int k, int bits,
+                   int vnni) {
+    const qg_tile_fn *tiles = bits == 4 ? (vnni ? QG_VNNI_4 : QG_AVX2_4) : bits == 5 ? (vnni ? QG_VNNI_5 : QG_AVX2_5) : 0;
+    if (!tiles) return -2;
+    int per_tile = vnni ? QG_X_ROWS : QG_X_ROWS_AVX2;
+    int groups = k / QG_GROUP, blocks = (n_rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+    int8_t *q = malloc((size_t)m_rows * k);
+    float *scale = malloc((size_t)m_rows * groups * sizeof(float));
+    int32_t *sum = malloc((size_t)m_rows * groups * sizeof(int32_t));
+    int status = q && scale && sum ? 0 : -1;
+    if (status == 0) {
+        quantize_x(x, m_rows, k, q, scale, sum);
+        q8_rows rows = {q, scale, sum};
+        for (int b = 0; b < blocks; b++) {
+            const uint8_t *block = packed + (size_t)b * groups * QG_GROUP_BYTES(bits);
+            for (int m0 = 0; m0 < m_rows; m0 += per_tile) { /* the block is read from memory once */
+                int n = m_rows - m0 < per_tile ? m_rows - m0 : per_tile;
+                tiles[n](block, rows, out, groups, k, n_rows, b * ROWS_PER_BLOCK, m0);
+            }
+        }
+    }
+    free(q);
+    free(scale);
+    free(sum);
+    return status;
+}
+
+int skinny_gemm_qg(const float *x, const uint8_t *packed, float *out, int m_rows, int n_rows, int k, int bits) {
+    return qg_gemm(x, packed, out, m_rows, n_rows, k, bits, 0);
+}
+
+/* skinny_gemm_qg with AVX512-VNNI: the same result, bit for bit */
+int skinny_gemm_qg_vnni(const float *x, const uint8_t *packed, float *out, int m_rows, int n_rows, int k, int bits) {
+    return qg_gemm(x, packed, out, m_rows, n_rows, k, bits, 1);
 }
 
 /* The small per-row ops of a Llama layer, row by row, so that a row's result does not depend on the
