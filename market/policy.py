@@ -23,6 +23,14 @@ The score is increasing in match rate and decreasing in latency. Peers not yet j
 ``min_tokens_to_judge`` tokens in their window) are ranked with ``explore_match_rate`` in place of
 their match rate (when higher) so that new drafters get tried; the cost of trying one is bounded
 by ``min_tokens_to_judge`` tokens.
+
+Probation: while no token of a peer's drafts has matched in its trial window, its drafts are
+measured against the tokens the target emits but never verified, and no round waits for them (they
+may arrive while the round's pass runs). Under sample-and-match a draft whose first token misses is
+worth nothing, and hostile drafters (random, lying, adversarial) miss every first token, so trying
+one costs the target no verification width and no waiting. An honest drafter leaves probation with
+its first matched token (a first-token hit, ~0.85 of rounds on the qwen2.5-coder pair at T = 0.8):
+the price is one unverified round per trial window.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ class PolicyConfig:
     bench_max_s: float = 600.0  # ...up to this cap
     latency_budget_ms: float = DEFAULT_DEADLINE_MS  # per-round draft deadline the target uses
     explore_match_rate: float = 1.0  # optimistic match rate used to rank unjudged drafters (1.0: try them first)
+    probation: bool = True  # drafts of a peer with no matched token in its window are measured, not verified
 
     def __post_init__(self) -> None:
         checks = {
@@ -62,6 +71,7 @@ class PolicyConfig:
             and _is_real(self.bench_max_s)
             and 0 < self.bench_base_s <= self.bench_max_s,
             "latency_budget_ms > 0": _is_real(self.latency_budget_ms) and self.latency_budget_ms > 0,
+            "probation: bool": isinstance(self.probation, bool),
         }
         bad = [what for what, ok in checks.items() if not ok]
         if bad:
@@ -121,6 +131,11 @@ class Policy:
         """Known peers that are not benched now, sorted by peer id."""
         now = self._clock()
         return [p for p in registry.peers() if registry.stats(p).benched_until <= now]
+
+    def on_probation(self, stats: DrafterStats) -> bool:
+        """No token of the peer's drafts has matched in its trial window: its drafts are measured,
+        never verified or waited for (see the module docstring)."""
+        return self.config.probation and stats.matched == 0
 
     def is_judged(self, stats: DrafterStats) -> bool:
         return stats.judged_tokens >= self.config.min_tokens_to_judge

@@ -67,6 +67,27 @@ def attacker(portal):
     stop()
 
 
+@pytest.fixture(scope="module")
+def hosts(portal):
+    """(target-side host, drafter-side host), connected over loopback with Noise."""
+    import trio
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        target, drafter = make_host(create_new_key_pair()), make_host(create_new_key_pair())
+        listen = [parse_listen("/ip4/127.0.0.1/tcp/0")]
+        async with target.run(listen_addrs=listen), drafter.run(listen_addrs=listen):
+            await target.connect(parse_peer_addr(peer_addrs(drafter)[0]))
+            task_status.started((target, drafter))
+            await trio.sleep_forever()
+
+    value, stop = portal.start(run)
+    yield value
+    stop()
+
+
 @pytest.fixture(scope="session")
 def chain(tmp_path_factory):
     """A real anvil (from npm) on a free loopback port with SpecmarketBond deployed (defaults as

@@ -16,7 +16,6 @@ import pytest
 import trio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.io.exceptions import IOException
 from libp2p.io.msgio import VarIntLengthMsgReadWriter
 from libp2p.utils.varint import decode_varint_with_size, encode_uvarint
@@ -27,7 +26,6 @@ from market.registry import Registry
 from node.target.market import MarketDrafting
 from node.target.rounds import MarketProposer
 from node.target.sessions import RemoteSession, RoundState
-from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
 from p2p.messages import DRAFT_PROTOCOL_ID, MAX_FRAME_BYTES, TO_TARGET, Draft, InvalidMessage, decode
 from tests.hostile_frames import DRAFT_BODY, frames_for
 from verifier.params import SamplingParams
@@ -39,23 +37,6 @@ START = 2
 # The hostile side closes its stream once the round at k = 2 has asked, so a round ends at EOF or at
 # the draft, not at the deadline; a generous one keeps a loaded CI machine from deciding the outcome.
 DEADLINE_S = 5.0
-
-
-@pytest.fixture(scope="module")
-def hosts(portal):
-    """(target-side host, hostile drafter host), connected over loopback with Noise."""
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        target, drafter = make_host(create_new_key_pair()), make_host(create_new_key_pair())
-        listen = [parse_listen("/ip4/127.0.0.1/tcp/0")]
-        async with target.run(listen_addrs=listen), drafter.run(listen_addrs=listen):
-            await target.connect(parse_peer_addr(peer_addrs(drafter)[0]))
-            task_status.started((target, drafter))
-            await trio.sleep_forever()
-
-    value, stop = portal.start(run)
-    yield value
-    stop()
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +82,7 @@ async def one_round(target, drafter, ledger: Ledger, wire: bytes, when: str):
     registry, policy = Registry(), Policy()
     peer = str(drafter.get_id())
     registry.upsert(peer, [])
+    registry.record_draft(peer, 1, 1, None)  # it matched before: off probation, its drafts are verified
     drafting = MarketDrafting(target, registry, policy, ledger, deadline_s=DEADLINE_S, max_drafters=1, vocab_size=V)
     async with drafting.job("job-1", SamplingParams(), 1, GAMMA) as proposer:
         assert proposer is not None
@@ -142,6 +124,7 @@ def test_a_valid_draft_read_just_before_its_stream_ended_is_the_rounds_draft_suc
     recorded against the drafter as before. It used to be dropped with the dead session."""
     registry = Registry()
     registry.upsert("d", [])
+    registry.record_draft("d", 1, 1, None)  # off probation: its drafts are verified
     proposer = MarketProposer(
         [], job="job-1", params=SamplingParams(), seed=1, gamma=GAMMA, deadline_s=DEADLINE_S,
         registry=registry, policy=Policy(), prefill_alone=False,

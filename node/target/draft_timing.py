@@ -26,7 +26,9 @@ class RoundRecord:
     """One draft round of a job, as the demo's report tabulates it.
 
     ``kind``: "early" (an early draft was there, usable, when the round came), "answer" (the round
-    waited for a drafter's answer), or "alone" (no usable draft: the target decoded one token)."""
+    waited for a drafter's answer), "alone" (no usable draft: the target decoded one token), or
+    "probation" (every drafter asked was on probation, ``market.policy``: its draft, if any, was only
+    measured; the target decoded one token)."""
 
     k: int
     kind: str
@@ -47,7 +49,7 @@ class RoundRecord:
         draft_s = min(draft.draft_ms / MS, latency) if draft is not None and latency is not None else 0.0
         return cls(
             k=r.k,
-            kind="alone" if draft is None else "early" if early else "answer",
+            kind=("probation" if r.probation else "alone") if draft is None else "early" if early else "answer",
             drafted=len(draft.tokens) if draft is not None else 0,
             accepted=r.accepted,
             wait_ms=round(MS * r.wait_s, 3),

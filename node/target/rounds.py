@@ -19,6 +19,11 @@ Whether a draft is usable is decided statelessly, when its round comes: start ==
 basis == the tokens actually emitted there (``usable``). One early draft per session is kept (the
 newest); one whose round never comes or whose basis is wrong is stale: ignored, not held against the
 drafter and not measured.
+
+A drafter on probation (no matched token in its trial window: ``Policy.on_probation``) is asked like
+any other, but its draft is never verified and the round does not wait for it: it may arrive until
+the round's deadline, while the round's pass runs, and is measured when the round settles (which
+waits out what is left of the deadline for it, if anything).
 """
 
 from __future__ import annotations
@@ -83,6 +88,7 @@ class MarketProposer:
         self.wait_s = 0.0  # time the decode loop spent in propose(): sending, waiting for drafts
         self.rounds = 0
         self.empty_rounds = 0  # rounds with no usable draft (deadline passed, or no drafter left)
+        self.probation_rounds = 0  # ... of which every drafter asked was on probation (none to verify)
         self.started = time.perf_counter()
         self.wasted_s = 0.0  # waiting in rounds whose draft gave no accepted token (or that had none)
         self.last_wait_s = 0.0  # the wait of the round in flight, judged wasted or not when it settles
@@ -117,9 +123,10 @@ class MarketProposer:
         return [s for s in self.sessions if s.alive]
 
     async def _round(self, context: list[int], k: int, gamma: int) -> Proposal:
-        started = time.perf_counter()
         self.prompt_len = len(context) - k if self.prompt_len is None else self.prompt_len
+        await self._await_probation()
         self._settle(context)
+        started = time.perf_counter()
         if self._over_budget(started, k) is not False:  # (once stopped, propose() no longer hops here)
             self.round = RoundState()
             self.rounds += 1
@@ -138,10 +145,12 @@ class MarketProposer:
             self.send_only = False
             self.wait_s += time.perf_counter() - started  # not a draft round: no record, nobody judged
             return EMPTY
-        self.round = RoundState(k=k, context=context, gamma=gamma)
+        self.round = RoundState(k=k, context=context, gamma=gamma, ends=ends)
         self._promote_early(k, context)
         await self._send_all(context, k, ends)
-        ranked = self.policy.rank(self.registry, [s.peer_id for s in self.live()], explore=False)
+        live = self.live()
+        trusted = [s.peer_id for s in live if not self._on_probation(s)]
+        ranked = self.policy.rank(self.registry, trusted, explore=False)
         deadline_passed = await self._wait_for_drafts(ranked, ends)
         proposal = self._choose(ranked, gamma, deadline_passed)
         self.last_wait_s = self.round.wait_s = time.perf_counter() - started
@@ -149,6 +158,8 @@ class MarketProposer:
         self.drafts.waited(self.last_wait_s)
         self.rounds += 1
         self.empty_rounds += not proposal.tokens
+        self.round.probation = bool(live) and not trusted
+        self.probation_rounds += self.round.probation
         return proposal
 
     async def _send_all(self, context: list[int], k: int, ends: float) -> None:
@@ -211,17 +222,43 @@ class MarketProposer:
                 session.misses = 0
                 draft, latency = session.pending  # judge every draft at this round's γ (the last may be shorter)
                 session.pending = (replace(draft, tokens=draft.tokens[:gamma]), latency)
+            elif session.alive and self._on_probation(session):
+                continue  # not waited for: it may answer until the deadline (_await_probation)
             elif session.alive and deadline_passed:
                 self._miss(session)
             elif session.alive:
                 self.registry.record_late(session.peer_id)
         for peer in ranked:
             session = by_peer[peer]
-            if session.pending is not None and session.pending[0].tokens:
+            if session.pending is not None and session.pending[0].tokens and not self._on_probation(session):
                 self.round.chosen, self.round.chosen_draft = peer, session.pending
                 return Proposal(session.pending[0].tokens)
         self.round.chosen = None
         return EMPTY
+
+    def _on_probation(self, session: RemoteSession) -> bool:
+        return self.policy.on_probation(self.registry.stats(session.peer_id))
+
+    async def _await_probation(self) -> None:
+        """Before the round in flight settles: what is left of its deadline for the drafts of peers
+        on probation that it asked and that have not answered (the pass usually covered it); one
+        still silent then missed the round. The wait counts as the round's."""
+        r = self.round
+
+        def silent() -> list[RemoteSession]:
+            asked = [s for s in self.sessions if s.alive and s.pending is None and s.synced == len(r.context)]
+            return [s for s in asked if self._on_probation(s)] if r.k >= 0 else []
+
+        if not silent():
+            return
+        started = time.perf_counter()
+        if await self._wait_until(lambda: not silent(), r.ends):
+            for session in silent():
+                self._miss(session)
+        waited = time.perf_counter() - started
+        r.wait_s += waited
+        self.last_wait_s += waited
+        self.wait_s += waited
 
     def _miss(self, session: RemoteSession) -> None:
         session.misses += 1
@@ -322,6 +359,7 @@ class MarketProposer:
         return {
             "draft_rounds": self.rounds,
             "draft_empty_rounds": self.empty_rounds,
+            "draft_probation_rounds": self.probation_rounds,
             "draft_wait_seconds": round(self.wait_s, 4),
             "draft_wait_ms_per_round": round(1000 * self.wait_s / self.rounds, 3) if self.rounds else 0.0,
             "draft_wasted_wait_seconds": round(self.wasted_s, 4),
@@ -375,9 +413,10 @@ class MarketProposer:
                 self._stale(session, session.early, "replaced by a newer early draft")
             session.early = msg
             return
-        if msg.start == r.k and not r.closed and session.pending is None and usable(msg, r.k, r.context):
+        if msg.start == r.k and session.pending is None and usable(msg, r.k, r.context) and self._open_to(session):
             latency = now - session.sent_at
-            session.pending = (msg, latency)
+            session.pending = (replace(msg, tokens=msg.tokens[: r.gamma]), latency)
+            session.misses = 0
             self.drafts.arrived(msg, latency)
             r.changed.set()
         elif msg.basis:
@@ -398,6 +437,11 @@ class MarketProposer:
                 self.drafts.arrived(draft, None)
             else:
                 self._stale(session, draft, "its basis is not what was emitted" if draft.start == k else "skipped")
+
+    def _open_to(self, session: RemoteSession) -> bool:
+        """Is the round in flight still taking ``session``'s answer? Until it closes; a peer on
+        probation's, until the round settles (its draft is only measured)."""
+        return not self.round.closed or self._on_probation(session)
 
     def _why_not(self, session: RemoteSession, draft: Draft) -> str:
         r = self.round

@@ -46,6 +46,8 @@ class RoundState:
     chosen_draft: tuple[Draft, float | None] | None = None  # ... its draft and latency (None: early)
     accepted: int = 0  # ... of whose tokens were accepted (known when the round settles)
     wait_s: float = 0.0  # the decode loop's wait in this round
+    ends: float = 0.0  # trio time of the round's deadline (drafts of peers on probation may come until then)
+    probation: bool = False  # every drafter asked was on probation: nothing to verify, the target decoded alone
     closed: bool = False  # the draft was chosen; later arrivals are misses (deadline) or late (early close)
     changed: trio.Event = field(default_factory=trio.Event)
 

@@ -200,7 +200,7 @@ class Routes:
         return _json(dashboard_view(self.engine, self.status(), self.started))
 
     async def job_rounds(self, job: str) -> Response:
-        """One remembered job's draft rounds: kind (early / answer / alone), tokens drafted and
+        """One remembered job's draft rounds: kind (early / answer / alone / probation), tokens drafted and
         accepted, and the round's wait, draft, transport and verification times in ms."""
         rounds = self.engine.history.rounds(job)
         if rounds is None:
