@@ -14,11 +14,8 @@ only sends the prompt (``open``) and is decoded alone: its pass is the prompt's 
 the drafters prefill and draft their first block (``PREFILL_ALONE``).
 
 Drafting overlaps verification: while the target verifies a block, a drafter may already send an
-*early draft* for a later round, naming the tokens it assumes were emitted before it (its basis).
-Whether a draft is usable is decided statelessly, when its round comes: start == the round's k and
-basis == the tokens actually emitted there (``usable``). One early draft per session is kept (the
-newest); one whose round never comes or whose basis is wrong is stale: ignored, not held against the
-drafter and not measured.
+*early draft* for a later round, naming the tokens it assumes were emitted before it (its basis);
+where each draft goes as it arrives is ``node.target.intake``'s business.
 
 A drafter on probation (no matched token in its trial window: ``Policy.on_probation``) is asked like
 any other, but its draft is never verified and the round does not wait for it: it may arrive until
@@ -39,9 +36,10 @@ from market.policy import Policy
 from market.registry import Registry
 from node.target.config import PREFILL_ALONE, WAIT_BUDGET_SHARE
 from node.target.draft_timing import MAX_ROUND_RECORDS, DraftTiming, RoundRecord
-from node.target.sessions import MAX_DRAFTS_PER_MESSAGE, RemoteSession, RoundState, usable
+from node.target.intake import DraftIntake
+from node.target.sessions import RemoteSession, RoundState
 from p2p.framing import StreamFailed
-from p2p.messages import Advance, Draft, Error, InvalidMessage, Open
+from p2p.messages import Advance, InvalidMessage, Open
 from verifier.model import common_prefix
 from verifier.params import SamplingParams
 from verifier.proposal import EMPTY, Proposal
@@ -49,13 +47,12 @@ from verifier.proposal import EMPTY, Proposal
 log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_S = 1.0
-IDLE_READ_TIMEOUT_S = 600.0  # the reader waits for drafts for as long as the job lives
 MAX_MISSES_PER_JOB = 2  # consecutive missed deadlines before a session is dropped for the job
 MIN_BUDGET_ROUNDS = 1  # rounds of evidence before the budget can stop a job's drafting
 MAX_REFILLS_PER_JOB = 2  # replacement drafters a job asks for once all of its drafters were dropped
 
 
-class MarketProposer:
+class MarketProposer(DraftIntake):
     """The Proposer for one job; ``propose`` is called from the decode worker thread."""
 
     name = "market"
@@ -118,9 +115,6 @@ class MarketProposer:
     # -- trio side ----------------------------------------------------------------------------
     def _by_peer(self) -> dict[str, RemoteSession]:
         return {s.peer_id: s for s in self.sessions}
-
-    def live(self) -> list[RemoteSession]:
-        return [s for s in self.sessions if s.alive]
 
     async def _round(self, context: list[int], k: int, gamma: int) -> Proposal:
         self.prompt_len = len(context) - k if self.prompt_len is None else self.prompt_len
@@ -379,80 +373,3 @@ class MarketProposer:
             self.emitted = len(context) - self.prompt_len
         self.round = RoundState()
         return {s.peer_id: s.accepted for s in self.sessions if s.accepted}
-
-    async def read_drafts(self, session: RemoteSession) -> None:
-        """Background reader: one per session, so a read is never cancelled half-way."""
-        while session.alive:
-            try:
-                msg = await session.fs.receive(IDLE_READ_TIMEOUT_S)
-            except (StreamFailed, InvalidMessage) as exc:
-                self._fail(session, str(exc))
-                break
-            if isinstance(msg, Error):  # the drafter is full: a refusal, not held against it
-                self._refused(session, msg.message)
-                break
-            assert isinstance(msg, Draft)  # FrameStream(allowed=TO_TARGET) admits nothing else
-            if msg.job != self.job or len(msg.tokens) > self.gamma:
-                self._fail(session, f"draft for job {msg.job!r} of {len(msg.tokens)} tokens does not fit the session")
-                break
-            session.received += 1
-            if session.received > MAX_DRAFTS_PER_MESSAGE * session.messages:
-                self._fail(session, f"flooding: {session.received} drafts for {session.messages} messages")
-                break
-            self._take(session, msg, time.perf_counter())
-        self.round.changed.set()
-
-    # -- drafts as they arrive, and early drafts when their round comes -------------------------
-    def _take(self, session: RemoteSession, msg: Draft, now: float) -> None:
-        """File one draft: for a later round (the session's early slot), for this round, or stale."""
-        r = self.round
-        if r.k < 0 and not msg.basis:  # the answer to a prompt sent before the prefill (PREFILL_ALONE): not
-            return  # waited for; the drafter answers the next round from the same draft, trimmed
-        if msg.start > r.k:  # an early draft; the newest replaces an older one that was never used
-            if session.early is not None:
-                self._stale(session, session.early, "replaced by a newer early draft")
-            session.early = msg
-            return
-        if msg.start == r.k and session.pending is None and usable(msg, r.k, r.context) and self._open_to(session):
-            latency = now - session.sent_at
-            session.pending = (replace(msg, tokens=msg.tokens[: r.gamma]), latency)
-            session.misses = 0
-            self.drafts.arrived(msg, latency)
-            r.changed.set()
-        elif msg.basis:
-            self._stale(session, msg, self._why_not(session, msg))
-        else:
-            log.debug("job %s: stale draft from %s (k=%d, round k=%d)", self.job, session.peer_id, msg.start, r.k)
-
-    def _promote_early(self, k: int, context: Sequence[int]) -> None:
-        """Before asking: an early draft usable at this k is this round's draft, with no latency sample
-        (it was there before the round asked; see docs/market.md on why it is not counted as 0)."""
-        for session in self.live():
-            draft = session.early
-            if draft is None or draft.start > k:
-                continue
-            session.early = None
-            if usable(draft, k, context):
-                session.pending = (draft, None)
-                self.drafts.arrived(draft, None)
-            else:
-                self._stale(session, draft, "its basis is not what was emitted" if draft.start == k else "skipped")
-
-    def _open_to(self, session: RemoteSession) -> bool:
-        """Is the round in flight still taking ``session``'s answer? Until it closes; a peer on
-        probation's, until the round settles (its draft is only measured)."""
-        return not self.round.closed or self._on_probation(session)
-
-    def _why_not(self, session: RemoteSession, draft: Draft) -> str:
-        r = self.round
-        if draft.start < r.k:
-            return "its round has passed"
-        if session.pending is not None:
-            return "its round had a draft already"
-        if r.closed:
-            return "its round had closed"
-        return "its basis is not what was emitted"
-
-    def _stale(self, session: RemoteSession, draft: Draft, why: str) -> None:
-        self.drafts.stale += 1
-        log.debug("job %s: stale early draft from %s at k=%d: %s", self.job, session.peer_id, draft.start, why)
