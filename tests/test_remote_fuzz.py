@@ -45,22 +45,25 @@ def ledger(tmp_path_factory):
         yield book
 
 
-def expected_tokens(kind: str, wire: bytes, when: str) -> tuple[int, ...]:
-    """What the round at k = 2 must propose: the draft's tokens iff the frame is a valid draft for it.
+def expected_tokens(kind: str, wire: bytes, when: str) -> set[tuple[int, ...]]:
+    """What the round at k = 2 may propose: the draft's tokens iff the frame is a valid draft for it.
     Sent ``early`` (after the prompt's open, before the round asked) a draft must name its basis: a
-    draft without one answers the prompt's round, which is only sent (PREFILL_ALONE) and dropped."""
+    draft without one answers the prompt's round, which is only sent (PREFILL_ALONE) and dropped,
+    unless the target reads it only once the round at k = 2 has asked (a loaded machine): then it is
+    that round's answer, as the same bytes sent a moment later would be. Both outcomes are right."""
     if kind != "whole":
-        return ()
+        return {()}
     length, offset = decode_varint_with_size(wire)
     try:
         msg = decode(wire[offset : offset + length], vocab_size=V, max_gamma=GAMMA, allowed=TO_TARGET)
     except InvalidMessage:
-        return ()
+        return {()}
     assert isinstance(msg, Draft)
+    if msg.job != "job-1" or msg.start != START:
+        return {()}
     if not msg.basis:
-        return msg.tokens if msg.job == "job-1" and msg.start == START and when == "asked" else ()
-    basis_ok = tuple(CONTEXT[-len(msg.basis) :]) == msg.basis
-    return msg.tokens if msg.job == "job-1" and msg.start == START and basis_ok else ()
+        return {msg.tokens} if when == "asked" else {(), msg.tokens}
+    return {msg.tokens} if tuple(CONTEXT[-len(msg.basis) :]) == msg.basis else {()}
 
 
 async def one_round(target, drafter, ledger: Ledger, wire: bytes, when: str):
@@ -112,7 +115,7 @@ VALID = ("whole", encode_uvarint(len(body := msgpack.packb(DRAFT_BODY))) + body)
 def test_hostile_draft_frames_never_crash_the_target(portal, hosts, ledger, frame, when):
     kind, wire = frame
     proposal, stats = portal.run(one_round, *hosts, ledger, wire, when)
-    assert proposal.tokens == expected_tokens(kind, wire, when)
+    assert proposal.tokens in expected_tokens(kind, wire, when)
     assert all(0 <= t < V for t in proposal.tokens) and len(proposal.tokens) <= GAMMA
     if not proposal.tokens:
         assert stats.errors >= 1 or stats.timeouts >= 1  # the bad frame was seen and counted
