@@ -143,5 +143,5 @@ def test_a_valid_draft_read_just_before_its_stream_ended_is_the_rounds_draft_suc
             return await proposer._wait_for_drafts(["d"], trio.current_time() + DEADLINE_S)
 
     assert trio.run(wait) is False
-    assert proposer._choose(["d"], GAMMA, deadline_passed=False).tokens == (5, 6)
+    assert proposer._choose(["d"], deadline_passed=False).tokens == (5, 6)
     assert (registry.stats("d").errors, registry.stats("d").timeouts) == (1, 0)

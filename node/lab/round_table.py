@@ -3,10 +3,11 @@ bought, from the target's own records (``GET /api/jobs/{id}/rounds``, node.targe
 
 Round kinds: *early* (an early draft, drafted while the previous round was verified, was there and
 usable), *answer* (the round waited for a drafter's answer to its own message), *alone* (no usable
-draft: the target decoded one token), *probation* (only drafters on probation were asked: their drafts
-were measured, not verified, and the target decoded one token). The prompt's round (k = 0) is no draft round: the target
-prefills alone while the drafters prefill (``PREFILL_ALONE``); where a round at k = 0 is recorded
-(a target without it), its pass also prefilled the prompt, so the verification column leaves it out.
+draft: the target decoded one token), *probation* (only drafters on probation were asked: their
+drafts were measured, not verified, and the target decoded one token). The prompt's round (k = 0)
+is no draft round: the target prefills alone while the drafters prefill (``PREFILL_ALONE``); where
+a round at k = 0 is recorded (a target without it), its pass also prefilled the prompt, so the
+verification column leaves it out.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ class DraftIntake:
             return
         if msg.start == r.k and session.pending is None and usable(msg, r.k, r.context) and self._open_to(session):
             latency = now - session.sent_at
-            session.pending = (replace(msg, tokens=msg.tokens[: r.gamma]), latency)
+            session.pending = (self._trimmed(msg), latency)
             session.misses = 0
             self.drafts.arrived(msg, latency)
             r.changed.set()
@@ -89,10 +89,15 @@ class DraftIntake:
                 continue
             session.early = None
             if usable(draft, k, context):
-                session.pending = (draft, None)
+                session.pending = (self._trimmed(draft), None)
                 self.drafts.arrived(draft, None)
             else:
                 self._stale(session, draft, "its basis is not what was emitted" if draft.start == k else "skipped")
+
+    def _trimmed(self, draft: Draft) -> Draft:
+        """The round's draft as it is judged and verified: its first γ tokens, at the round's γ (the
+        last round of a job may ask for fewer than the session's)."""
+        return replace(draft, tokens=draft.tokens[: self.round.gamma])
 
     def _open_to(self, session: RemoteSession) -> bool:
         """Is the round in flight still taking ``session``'s answer? Until it closes; a peer on

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import trio
 
@@ -146,7 +145,7 @@ class MarketProposer(DraftIntake):
         trusted = [s.peer_id for s in live if not self._on_probation(s)]
         ranked = self.policy.rank(self.registry, trusted, explore=False)
         deadline_passed = await self._wait_for_drafts(ranked, ends)
-        proposal = self._choose(ranked, gamma, deadline_passed)
+        proposal = self._choose(ranked, deadline_passed)
         self.last_wait_s = self.round.wait_s = time.perf_counter() - started
         self.wait_s += self.last_wait_s
         self.drafts.waited(self.last_wait_s)
@@ -203,7 +202,7 @@ class MarketProposer(DraftIntake):
 
         return await self._wait_until(answered, ends)
 
-    def _choose(self, ranked: list[str], gamma: int, deadline_passed: bool) -> Proposal:
+    def _choose(self, ranked: list[str], deadline_passed: bool) -> Proposal:
         """Close the round: a drafter that has not answered missed the deadline, or, when the round
         closed early on the best-ranked draft, was merely late (recorded, not held against it).
         A valid draft read before its stream ended (the drafter closed it, or sent garbage next) is
@@ -214,8 +213,6 @@ class MarketProposer(DraftIntake):
         for session in self.sessions:
             if session.pending is not None:
                 session.misses = 0
-                draft, latency = session.pending  # judge every draft at this round's γ (the last may be shorter)
-                session.pending = (replace(draft, tokens=draft.tokens[:gamma]), latency)
             elif session.alive and self._on_probation(session):
                 continue  # not waited for: it may answer until the deadline (_await_probation)
             elif session.alive and deadline_passed:
@@ -224,7 +221,7 @@ class MarketProposer(DraftIntake):
                 self.registry.record_late(session.peer_id)
         for peer in ranked:
             session = by_peer[peer]
-            if session.pending is not None and session.pending[0].tokens and not self._on_probation(session):
+            if session.pending is not None and session.pending[0].tokens:
                 self.round.chosen, self.round.chosen_draft = peer, session.pending
                 return Proposal(session.pending[0].tokens)
         self.round.chosen = None
@@ -241,9 +238,9 @@ class MarketProposer(DraftIntake):
 
         def silent() -> list[RemoteSession]:
             asked = [s for s in self.sessions if s.alive and s.pending is None and s.synced == len(r.context)]
-            return [s for s in asked if self._on_probation(s)] if r.k >= 0 else []
+            return [s for s in asked if self._on_probation(s)]
 
-        if not silent():
+        if r.k < 0 or not silent():
             return
         started = time.perf_counter()
         if await self._wait_until(lambda: not silent(), r.ends):
