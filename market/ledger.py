@@ -6,6 +6,12 @@ audit, plus running per-peer totals for cheap reads. Crediting is idempotent: a 
 credited is ignored (``credit`` returns False and logs a warning), so a retried credit after a
 crash or a lost reply cannot double-count. Safe to share between threads: one connection,
 guarded by a lock.
+
+A paying operator credits with ``credit_and_pay``: in the same transaction, each paid drafter's
+cumulative earnings at the operator's escrow grow by price x accepted and a new cumulative voucher
+is signed for them and stored. So a crash either loses nothing or records both, and a job is never
+paid twice (its id is credited once). Wei amounts are decimal strings: they outgrow SQLite's
+64-bit integers.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -23,7 +29,7 @@ from market.registry import MAX_PEER_ID_LEN, MarketError, check_count, check_pee
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1  # stored in PRAGMA user_version
+SCHEMA_VERSION = 2  # stored in PRAGMA user_version; 2: earnings and vouchers
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -43,7 +49,36 @@ CREATE TABLE IF NOT EXISTS totals (
     proposed INTEGER NOT NULL,
     jobs INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS earnings (
+    job_id TEXT NOT NULL REFERENCES jobs(job_id),
+    peer_id TEXT NOT NULL,
+    escrow TEXT NOT NULL,  -- "<chain id>:<address>": vouchers are cumulative per escrow
+    drafter TEXT NOT NULL,  -- the payout address the drafter named in the job
+    price_wei TEXT NOT NULL,
+    wei TEXT NOT NULL,
+    PRIMARY KEY (job_id, peer_id)
+);
+CREATE TABLE IF NOT EXISTS vouchers (
+    escrow TEXT NOT NULL,
+    drafter TEXT NOT NULL,
+    cumulative_wei TEXT NOT NULL,
+    voucher TEXT NOT NULL,  -- the newest signed voucher, as sent
+    PRIMARY KEY (escrow, drafter)
+);
 """
+
+Signer = Callable[[str, int], str]  # (drafter address, cumulative wei) -> the signed voucher as JSON
+
+
+@dataclass(frozen=True)
+class Pay:
+    """How one job's credits are paid: the escrow, the price per accepted token, each drafter's
+    payout address, and the operator's voucher signer."""
+
+    escrow: str  # "<chain id>:<address>"
+    price_wei: int
+    payees: Mapping[str, str]  # peer id -> payout address (drafters that named none go unpaid)
+    sign: Signer
 
 
 @dataclass(frozen=True)
@@ -67,6 +102,32 @@ def _check_credits(job_id: object, credits: Mapping[str, tuple[int, int]]) -> li
             raise MarketError(f"{peer_id}: accepted ({accepted}) exceeds proposed ({proposed})")
         rows.append((peer_id, accepted, proposed))
     return rows
+
+
+def _pay(conn: sqlite3.Connection, job_id: str, rows: list[tuple[str, int, int]], pay: Pay) -> dict[str, str]:
+    """Inside the crediting transaction: record each paid drafter's earnings and sign its new
+    cumulative voucher (a signer that raises rolls the whole job back)."""
+    vouchers = {}
+    for peer, accepted, _ in rows:
+        drafter = pay.payees.get(peer)
+        if not accepted or not pay.price_wei or drafter is None:
+            continue
+        wei = accepted * pay.price_wei
+        row = conn.execute(
+            "SELECT cumulative_wei FROM vouchers WHERE escrow = ? AND drafter = ?", (pay.escrow, drafter)
+        ).fetchone()
+        cumulative = (int(row[0]) if row else 0) + wei
+        vouchers[peer] = signed = pay.sign(drafter, cumulative)
+        conn.execute(
+            "INSERT INTO earnings VALUES (?, ?, ?, ?, ?, ?)",
+            (job_id, peer, pay.escrow, drafter, str(pay.price_wei), str(wei)),
+        )
+        conn.execute(
+            "INSERT INTO vouchers VALUES (?, ?, ?, ?) ON CONFLICT (escrow, drafter) DO UPDATE SET "
+            "cumulative_wei = excluded.cumulative_wei, voucher = excluded.voucher",
+            (pay.escrow, drafter, str(cumulative), signed),
+        )
+    return vouchers
 
 
 class Ledger:
@@ -106,7 +167,17 @@ class Ledger:
         All or nothing, in one transaction. Returns False (and changes nothing) when ``job_id``
         was already credited.
         """
-        rows = _check_credits(job_id, credits)
+        return self._credit(job_id, _check_credits(job_id, credits), None) is not None
+
+    def credit_and_pay(self, job_id: str, credits: Mapping[str, tuple[int, int]], pay: Pay) -> dict[str, str] | None:
+        """``credit``, and in the same transaction sign each paid drafter's new cumulative voucher:
+        peer id -> voucher JSON for the drafters with accepted tokens and a payout address. None
+        (nothing changed, nothing signed) when ``job_id`` was already credited."""
+        if pay.price_wei < 0:
+            raise MarketError(f"a price must be a non-negative number of wei, got {pay.price_wei}")
+        return self._credit(job_id, _check_credits(job_id, credits), pay)
+
+    def _credit(self, job_id: str, rows: list[tuple[str, int, int]], pay: Pay | None) -> dict[str, str] | None:
         with self._lock:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -115,7 +186,7 @@ class Ledger:
                 if not new:
                     conn.execute("ROLLBACK")
                     log.warning("ledger: job %s already credited; ignoring the repeat", job_id)
-                    return False
+                    return None
                 conn.executemany(
                     "INSERT INTO credits (job_id, peer_id, accepted, proposed) VALUES (?, ?, ?, ?)",
                     [(job_id, *row) for row in rows],
@@ -126,13 +197,28 @@ class Ledger:
                     "proposed = proposed + excluded.proposed, jobs = jobs + 1",
                     rows,
                 )
+                vouchers = _pay(conn, job_id, rows, pay) if pay is not None else {}
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        log.debug("ledger: credited job %s to %d drafter(s)", job_id, len(rows))
-        return True
+        log.debug("ledger: credited job %s to %d drafter(s), %d voucher(s)", job_id, len(rows), len(vouchers))
+        return vouchers
+
+    def voucher(self, escrow: str, drafter: str) -> tuple[int, str] | None:
+        """The newest voucher signed for ``drafter`` at ``escrow``: (cumulative wei, its JSON)."""
+        rows = self._query(
+            "SELECT cumulative_wei, voucher FROM vouchers WHERE escrow = ? AND drafter = ?", (escrow, drafter)
+        )
+        return (int(rows[0][0]), rows[0][1]) if rows else None
+
+    def earnings(self) -> dict[str, int]:
+        """Wei each drafter (by peer id) has earned in all, summed over escrows."""
+        out: dict[str, int] = {}
+        for peer, wei in self._query("SELECT peer_id, wei FROM earnings"):
+            out[peer] = out.get(peer, 0) + int(wei)
+        return out
 
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:

@@ -1,8 +1,9 @@
 """Protocol messages: frozen dataclasses, msgpack encoding, strict schema validation.
 
 Two protocols share the codec:
-- ``/specmarket/draft/2.0.0`` (target <-> drafter): ``open``, ``advance`` from the target; ``draft`` back
-  (an answer to the last message, or an *early draft* for a later round that names its ``basis``).
+- ``/specmarket/draft/3.0.0`` (target <-> drafter): ``open``, ``advance`` and, last, ``settle`` from the
+  target; ``payout`` (once, after ``open``) and ``draft`` back (an answer to the last message, or an
+  *early draft* for a later round that names its ``basis``).
 - ``/specmarket/generate/1.0.0`` (client <-> target): ``request`` from the client; ``chunk`` blocks,
   then ``done`` (or ``error``) back.
 
@@ -14,6 +15,7 @@ The transport (varint-length-prefixed frames on a libp2p stream) lives beside th
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,7 +30,7 @@ from verifier.proposal import MAX_GAMMA
 # (kept in its data dir, so a restarted node keeps its multiaddr), else any free port (p2p.host).
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
-DRAFT_PROTOCOL_ID = "/specmarket/draft/2.0.0"  # 2.0.0: drafts carry basis and draft_ms
+DRAFT_PROTOCOL_ID = "/specmarket/draft/3.0.0"  # 3.0.0: price, payout address, accepted counts, vouchers
 GENERATE_PROTOCOL_ID = "/specmarket/generate/1.0.0"
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile
 MAX_CONTEXT_TOKENS = 8192
@@ -40,6 +42,9 @@ MAX_MAP_ENTRIES = 64  # stats / credits maps in a ``done`` frame
 MAX_KEY_BYTES = 128
 MAX_RECEIPT_BYTES = 128 * 1024  # a receipt with its prompt and output tokens, as JSON
 MAX_DRAFT_MS = 600_000.0  # a drafter's reported time for one draft (informational, untrusted)
+MAX_PRICE_WEI = 10**18  # per accepted draft token: one ETH a token is past any sane price
+MAX_VOUCHER_BYTES = 1024  # node.chain.vouchers.MAX_VOUCHER_BYTES: a signed voucher as JSON is ~420 bytes
+ADDRESS_CHARS = 42  # 0x + 40 hex digits
 
 
 class InvalidMessage(SpecmarketError):
@@ -48,7 +53,8 @@ class InvalidMessage(SpecmarketError):
 
 @dataclass(frozen=True)
 class Open:
-    """target -> drafter: start a job (context so far, sampling params, the shared seed, γ)."""
+    """target -> drafter: start a job (context so far, sampling params, the shared seed, γ) and the
+    price the operator pays per accepted draft token, in wei (0: this target pays nothing)."""
 
     job: str
     context: tuple[int, ...]
@@ -58,15 +64,37 @@ class Open:
     seed: int
     gamma: int
     start: int  # k of the first token to draft (context[-1] is the last accepted token)
+    price_wei: int = 0
 
 
 @dataclass(frozen=True)
 class Advance:
-    """target -> drafter: the tokens emitted since the last message; drafting resumes at ``start``."""
+    """target -> drafter: the tokens emitted since the last message; drafting resumes at ``start``.
+    ``accepted``: this drafter's draft tokens accepted in this job so far, as the target credits them."""
 
     job: str
     tokens: tuple[int, ...]
     start: int  # k of the next token to draft
+    accepted: int = 0
+
+
+@dataclass(frozen=True)
+class Payout:
+    """drafter -> target, once per session, before its first draft: where to pay this drafter. The
+    Noise-authenticated stream binds it to the drafter's peer id."""
+
+    job: str
+    address: str  # 0x + 40 hex digits
+
+
+@dataclass(frozen=True)
+class Settle:
+    """target -> drafter, the session's last message: the job's accepted draft tokens of this drafter
+    and the operator's newest cumulative voucher for it (node.chain.vouchers JSON; "" when unpaid)."""
+
+    job: str
+    accepted: int
+    voucher: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,10 +155,12 @@ class Error:
     message: str
 
 
-Message = Open | Advance | Draft | Request | Chunk | Done | Error
+Message = Open | Advance | Payout | Settle | Draft | Request | Chunk | Done | Error
 _KINDS: dict[str, type] = {
     "open": Open,
     "advance": Advance,
+    "payout": Payout,
+    "settle": Settle,
     "draft": Draft,
     "request": Request,
     "chunk": Chunk,
@@ -138,8 +168,8 @@ _KINDS: dict[str, type] = {
     "error": Error,
 }
 _KIND_OF = {cls: kind for kind, cls in _KINDS.items()}
-TO_DRAFTER = frozenset({"open", "advance"})
-TO_TARGET = frozenset({"draft", "error"})
+TO_DRAFTER = frozenset({"open", "advance", "settle"})
+TO_TARGET = frozenset({"draft", "payout", "error"})
 TO_SERVER = frozenset({"request"})
 TO_CLIENT = frozenset({"chunk", "done", "error"})
 
@@ -215,7 +245,15 @@ def _open(body: dict, vocab: int, max_gamma: int) -> Open:
         _int(body, "seed", 0, MAX_SEED),
         _int(body, "gamma", 1, max_gamma),
         _int(body, "start", 0, MAX_CONTEXT_TOKENS),
+        _int(body, "price_wei", 0, MAX_PRICE_WEI),
     )
+
+
+def _address(body: dict, name: str) -> str:
+    value = _str(body, name, ADDRESS_CHARS)
+    if len(value) != ADDRESS_CHARS or value[:2] != "0x" or not all(c in string.hexdigits for c in value[2:]):
+        raise InvalidMessage(f"field {name!r} must be an address (0x + 40 hex digits), got {value!r:.60}")
+    return value
 
 
 def _request(body: dict, vocab: int, max_gamma: int) -> Request:
@@ -243,7 +281,14 @@ def _draft(body: dict, vocab: int, max_gamma: int) -> Draft:
 _BUILDERS: dict[str, Callable[[dict, int, int], Message]] = {
     "open": _open,
     "advance": lambda b, v, g: Advance(
-        _job(b), _tokens(b, "tokens", MAX_CONTEXT_TOKENS, v), _int(b, "start", 0, MAX_CONTEXT_TOKENS)
+        _job(b),
+        _tokens(b, "tokens", MAX_CONTEXT_TOKENS, v),
+        _int(b, "start", 0, MAX_CONTEXT_TOKENS),
+        _int(b, "accepted", 0, MAX_CONTEXT_TOKENS),
+    ),
+    "payout": lambda b, v, g: Payout(_job(b), _address(b, "address")),
+    "settle": lambda b, v, g: Settle(
+        _job(b), _int(b, "accepted", 0, MAX_CONTEXT_TOKENS), _str(b, "voucher", MAX_VOUCHER_BYTES, empty_ok=True)
     ),
     "draft": _draft,
     "request": _request,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eth_account import Account
@@ -14,6 +14,7 @@ from node.chain.anvil import AnvilProcess, free_port
 from node.chain.client import BondClient, connect, deploy
 from node.chain.deployment import (
     DEFAULT_THRESHOLD,
+    DEFAULT_WITHDRAWAL_DELAY_S,
     DEV_CHALLENGER,
     DEV_DEPLOYER,
     DEV_REFEREES,
@@ -22,6 +23,7 @@ from node.chain.deployment import (
     dev_address,
     dev_key,
 )
+from node.chain.escrow import deploy_escrow
 from node.chain.operator import Operator
 from node.chain.receipts import Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
 from node.chain.store import ReceiptStore
@@ -41,12 +43,16 @@ class Chain:
 
 
 @contextmanager
-def deployed_chain(deployments: Path, config: BondConfig | None = None) -> Iterator[Chain]:
-    """A fresh anvil on a free port with SpecmarketBond deployed (defaults as Deploy.s.sol)."""
+def deployed_chain(deployments: Path, config: BondConfig | None = None, *, escrow: bool = False) -> Iterator[Chain]:
+    """A fresh anvil on a free port with SpecmarketBond deployed (defaults as Deploy.s.sol) and, with
+    ``escrow``, a DrafterEscrow beside it (recorded in the deployment: bonded targets then pay drafters)."""
     with AnvilProcess(free_port()) as anvil:
         w3 = connect(anvil.url)
         referees = [dev_address(i) for i in DEV_REFEREES]
         deployment, tx = deploy(w3, dev_key(DEV_DEPLOYER), config or BondConfig(), referees, DEFAULT_THRESHOLD)
+        if escrow:
+            address, _ = deploy_escrow(w3, dev_key(DEV_DEPLOYER), DEFAULT_WITHDRAWAL_DELAY_S)
+            deployment = replace(deployment, escrow=address, withdrawal_delay=DEFAULT_WITHDRAWAL_DELAY_S)
         deployment.save(deployments)
         yield Chain(anvil.url, deployments, deployment, BondClient(w3, deployment.address), tx.gas_used)
 

@@ -147,3 +147,23 @@ def test_a_challenge_certain_to_fail_is_refused_before_it_spends_and_a_forced_on
     assert opened.startswith("challenge ") and "opened at position 0" in opened, opened
     assert still_waiting
     assert own_chain.client.w3.eth.get_transaction_count(challenger) == nonce + 1
+
+
+@pytest.mark.parametrize(
+    "args,reason",
+    [
+        (["drafter", "redeem"], "needs --rpc URL and --key-file"),
+        (["drafter", "--bootstrap", "/ip4/127.0.0.1/tcp/1/p2p/x", "--payout", "0x12"], "--payout must be an address"),
+        (["target", "--drafter-price", "-1"], "--drafter-price"),
+        (["target", "--escrow-deposit", "lots"], "not an amount of ETH"),
+    ],
+)
+def test_bad_payment_options_exit_2_with_one_line(args, reason, tmp_path):
+    assert_one_line(cli(*args, "--data-dir", str(tmp_path)), 2, reason)
+
+
+def test_redeem_with_a_wallet_that_names_no_voucher_says_so(own_chain, tmp_path):
+    key_file = tmp_path / "payout.key"
+    key_file.write_text("0x" + "11" * 32 + "\n")
+    done = cli("drafter", "redeem", "--rpc", own_chain.rpc, "--key-file", str(key_file), "--data-dir", str(tmp_path))
+    assert done.returncode == 0 and "nothing to redeem" in done.stdout, done.stderr[-2000:]

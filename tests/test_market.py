@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from market import DrafterStats, Ledger, LedgerEntry, MarketError, Policy, PolicyConfig, Registry
+from market.ledger import SCHEMA_VERSION, Pay
 from verifier.errors import SpecmarketError
 
 
@@ -284,8 +285,24 @@ def test_ledger_persists_across_reopen(tmp_path) -> None:
         assert ledger.has_job("job-1") and not ledger.has_job("job-3")
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
+
+
+def test_a_version_1_ledger_upgrades_in_place_and_keeps_its_credits(tmp_path) -> None:
+    """A ledger written before payments (schema 1: no earnings or vouchers) opens, keeps its totals
+    and pays from then on."""
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.credit("old-job", {"p1": (5, 8)})
+    conn = sqlite3.connect(path)
+    conn.executescript("DROP TABLE earnings; DROP TABLE vouchers; PRAGMA user_version=1;")
+    conn.close()
+    with Ledger(path) as ledger:
+        assert ledger.totals() == {"p1": LedgerEntry("p1", 5, 8, 1)}
+        pay = Pay("31337:escrow", 10, {"p1": "0xdrafter"}, lambda drafter, wei: f"{drafter}:{wei}")
+        assert ledger.credit_and_pay("new-job", {"p1": (2, 2)}, pay) == {"p1": "0xdrafter:20"}
+        assert ledger.earnings() == {"p1": 20}
 
 
 def test_ledger_job_credit_is_idempotent(tmp_path) -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from p2p.messages import (
     MAX_FRAME_BYTES,
+    MAX_PRICE_WEI,
     TO_DRAFTER,
     Advance,
     Chunk,
@@ -19,7 +20,9 @@ from p2p.messages import (
     Error,
     InvalidMessage,
     Open,
+    Payout,
     Request,
+    Settle,
     decode,
     encode,
 )
@@ -28,6 +31,11 @@ V = 4096
 GOOD = [
     Open("job-1", (0, 5, 17), 0.8, 40, 0.95, 2**64 - 1, 4, 3),
     Advance("job-1", (3, 9), 7),
+    Open("job-1", (0, 5), 0.8, 40, 0.95, 1, 4, 1, MAX_PRICE_WEI),  # a paying target announces its price
+    Advance("job-1", (3, 9), 7, 12),  # ... and each drafter's accepted tokens so far
+    Payout("job-1", "0x" + "Ab" * 20),
+    Settle("job-1", 12, '{"format": 1}'),
+    Settle("job-1", 0),
     Draft("job-1", 7, (1, 2, 3, 4)),
     Draft("j", 0, ()),
     Draft("job-1", 12, (1, 2, 3, 4), (5, 6, 7, 8, 9), 12.5),  # an early draft: basis at k = 7 .. 11
@@ -57,7 +65,15 @@ def _draft(**overrides) -> bytes:
 
 def _open(**overrides) -> bytes:
     body = {"type": "open", "job": "j", "context": [1], "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
-    return _frame(**{**body, "gamma": 4, "start": 0, **overrides})
+    return _frame(**{**body, "gamma": 4, "start": 0, "price_wei": 0, **overrides})
+
+
+def _settle(**overrides) -> bytes:
+    return _frame(**{"type": "settle", "job": "j", "accepted": 3, "voucher": "", **overrides})
+
+
+def _payout(**overrides) -> bytes:
+    return _frame(**{"type": "payout", "job": "j", "address": "0x" + "ab" * 20, **overrides})
 
 
 @pytest.mark.parametrize(
@@ -96,6 +112,17 @@ def _open(**overrides) -> bytes:
         (_open(seed=-5), "seed"),
         (_open(top_p=0.0), "top_p"),
         (_open(context=[1] * 8193), "context"),
+        (_open(price_wei=MAX_PRICE_WEI + 1), "price_wei"),
+        (_open(price_wei=-1), "price_wei"),
+        (_frame(type="advance", job="j", tokens=[1], start=1), "fields"),  # a 2.0.0 advance: no accepted count
+        (_frame(type="advance", job="j", tokens=[1], start=1, accepted=-1), "accepted"),
+        (_payout(address="0x" + "ab" * 19), "address"),
+        (_payout(address="0x" + "zz" * 20), "address"),
+        (_payout(address="ab" * 21), "address"),
+        (_payout(address=5), "address"),
+        (_settle(accepted=1.5), "accepted"),
+        (_settle(voucher="x" * 1025), "voucher"),
+        (_settle(voucher=None), "voucher"),
         (b"\x00" * (MAX_FRAME_BYTES + 1), "exceeds"),
         (_frame(type="request", prompt="", max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=None), "empty"),
         (_frame(type="request", prompt="a", max_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0, seed=1), "max_new"),

@@ -3,9 +3,12 @@ pragma solidity ^0.8.24;
 
 import {Anvil, DevScript} from "./utils/DevChain.sol";
 import {SpecmarketBond} from "../src/SpecmarketBond.sol";
+import {DrafterEscrow} from "../src/DrafterEscrow.sol";
 
 /// @notice Deploys SpecmarketBond with three referees (anvil dev accounts 1-3) and threshold 2 as
-///         referee epoch 1.
+///         referee epoch 1, then DrafterEscrow (on a fresh anvil: the bond at
+///         0x5FbDB2315678afecb367f032d93F642f64180aa3, the escrow at
+///         0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512, account 0's nonces 0 and 1).
 ///
 /// Every parameter can be overridden by an environment variable SPECMARKET_<NAME> (defaults in
 /// brackets; amounts in wei, durations in seconds):
@@ -14,11 +17,12 @@ import {SpecmarketBond} from "../src/SpecmarketBond.sol";
 ///   CHALLENGER_BOND [0.1 ether]   SLASH_AMOUNT [1 ether]   CHALLENGER_REWARD_BPS [5000]
 ///   REFEREE_SET_DELAY [14400, must exceed UNBONDING_DELAY]
 ///   REFEREE_1..3 [anvil accounts 1-3]   REFEREE_THRESHOLD [2]
+///   ESCROW_WITHDRAWAL_DELAY [7200, at least DrafterEscrow.MIN_WITHDRAWAL_DELAY]
 ///
 ///   anvil --port 8545 &
 ///   tools/forge script script/Deploy.s.sol --rpc-url http://127.0.0.1:8545 --broadcast
 contract Deploy is DevScript {
-    function run() external returns (SpecmarketBond bond) {
+    function run() external returns (SpecmarketBond bond, DrafterEscrow escrow) {
         uint256 deployerKey = vmx.envOr("SPECMARKET_DEPLOYER_PRIVATE_KEY", Anvil.KEY_0);
         address deployer = vm.addr(deployerKey);
 
@@ -39,9 +43,11 @@ contract Deploy is DevScript {
         referees[2] = vmx.envOr("SPECMARKET_REFEREE_3", Anvil.ACCOUNT_3);
         uint256 threshold = vmx.envOr("SPECMARKET_REFEREE_THRESHOLD", uint256(2));
         address owner = vmx.envOr("SPECMARKET_BOND_OWNER", deployer);
+        uint256 withdrawalDelay = vmx.envOr("SPECMARKET_ESCROW_WITHDRAWAL_DELAY", uint256(2 hours));
 
         vmx.startBroadcast(deployerKey);
         bond = new SpecmarketBond(owner, c, referees, threshold);
+        escrow = new DrafterEscrow(withdrawalDelay);
         vm.stopBroadcast();
     }
 }

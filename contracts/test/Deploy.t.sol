@@ -5,11 +5,13 @@ import {TestBase} from "./utils/TestBase.sol";
 import {Deploy} from "../script/Deploy.s.sol";
 import {Anvil} from "../script/utils/DevChain.sol";
 import {SpecmarketBond} from "../src/SpecmarketBond.sol";
+import {DrafterEscrow} from "../src/DrafterEscrow.sol";
 
-/// @dev The deploy script's defaults: anvil referees 1-3, threshold 2 (epoch 1), validated config.
+/// @dev The deploy script's defaults: anvil referees 1-3, threshold 2 (epoch 1), validated config;
+///      the drafter escrow beside the bond.
 contract DeployTest is TestBase {
     function test_run_defaults_succeeds() public {
-        SpecmarketBond bond = new Deploy().run();
+        (SpecmarketBond bond, DrafterEscrow escrow) = new Deploy().run();
         assertEq(bond.refereeCount(), 3, "three referees");
         assertEq(bond.threshold(), 2, "threshold 2");
         assertTrue(bond.isReferee(Anvil.ACCOUNT_1), "anvil 1");
@@ -30,6 +32,8 @@ contract DeployTest is TestBase {
         assertEq(bond.thresholdAt(1), 2, "epoch 1 threshold");
         (address[] memory pending,, uint256 eta) = bond.pendingRefereeSet();
         assertEq(pending.length + eta, 0, "no pending proposal");
+        assertEq(escrow.withdrawalDelay(), 2 hours, "escrow withdrawalDelay");
+        assertTrue(address(escrow) != address(bond), "a separate contract");
     }
 
     /// The scripts' hard-coded anvil keys and accounts belong together.

@@ -1,7 +1,8 @@
-"""The operator's chain side: a local Anvil chain, the SpecmarketBond contract, EIP-712 receipts,
-challenges and referees (docs/design.md §3, docs/chain.md, contracts/README.md).
+"""The chain side: a local Anvil chain, the SpecmarketBond contract, EIP-712 receipts, challenges
+and referees (docs/design.md §3, docs/chain.md, contracts/README.md), and the DrafterEscrow that
+pays drafters' vouchers.
 
-Only the target operator is bonded; drafters never appear here.
+Only the target operator is bonded; a drafter appears only as the payee of a voucher.
 """
 
 from verifier.errors import SpecmarketError
@@ -20,6 +21,9 @@ EXPORTS = {
     "node.chain.client": ("BondClient", "ChainRevert", "ChallengeStatus", "connect", "deploy"),
     "node.chain.config": ("ChainConfig", "ChallengeConfig", "DeployConfig", "RefereeConfig"),
     "node.chain.deployment": ("BondConfig", "Deployment"),
+    "node.chain.escrow": ("EscrowClient", "deploy_escrow"),
+    "node.chain.paymaster": ("Paymaster", "PaymentConfig"),
+    "node.chain.vouchers": ("SignedVoucher", "Voucher", "VoucherError", "sign_voucher"),
     "node.chain.keys": ("load_or_create_key", "read_key", "write_key"),
     "node.chain.operator": ("Operator", "OperatorConfig", "open_operator"),
     "node.chain.receipts": ("Receipt", "ReceiptError", "RequestSpec", "SignedReceipt"),

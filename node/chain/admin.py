@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from node.chain.deployment import (
     format_ether,
     require_dev_chain,
 )
+from node.chain.escrow import EscrowClient, deploy_escrow, escrow_lines, escrow_status
 from node.chain.keys import read_key
 from node.chain.referee import Referee
 from node.model.loading import load_model_dir, model_hash
@@ -58,7 +59,8 @@ def bond_client(chain: ChainConfig) -> BondClient:
 
 
 def deploy_fresh(chain: ChainConfig, cfg: DeployConfig) -> tuple[Deployment, Path, int]:
-    """Start anvil if nothing answers, deploy SpecmarketBond, record it; (deployment, file, gas)."""
+    """Start anvil if nothing answers, deploy SpecmarketBond and DrafterEscrow, record them; (deployment,
+    file, gas of both)."""
     ensure_anvil(chain.rpc, chain.state_dir)
     w3 = connect(chain.rpc)
     chain_id = int(w3.eth.chain_id)
@@ -68,7 +70,9 @@ def deploy_fresh(chain: ChainConfig, cfg: DeployConfig) -> tuple[Deployment, Pat
         raise ChainError("off a dev chain, name the referees with --referee ADDRESS (repeatable)")
     threshold = cfg.threshold if cfg.threshold is not None else min(DEFAULT_THRESHOLD, len(referees))
     deployment, tx = deploy(w3, deployer, cfg.bond, referees, threshold)
-    return deployment, deployment.save(chain.deployments), tx.gas_used
+    escrow, escrow_tx = deploy_escrow(w3, deployer, cfg.withdrawal_delay)
+    deployment = replace(deployment, escrow=escrow, withdrawal_delay=cfg.withdrawal_delay)
+    return deployment, deployment.save(chain.deployments), tx.gas_used + escrow_tx.gas_used
 
 
 def ensure_deployed(chain: ChainConfig, cfg: DeployConfig) -> tuple[bool, Deployment | None]:
@@ -84,8 +88,9 @@ def ensure_deployed(chain: ChainConfig, cfg: DeployConfig) -> tuple[bool, Deploy
 
 
 def chain_status(chain: ChainConfig, operator: str | None = None, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
-    """The chain, the contract, its config, referees, operators and the newest ``limit`` challenges
-    (against ``operator`` when given) with their total count; JSON-ready, every amount in ETH."""
+    """The chain, the contract, its config, referees, operators, the newest ``limit`` challenges
+    (against ``operator`` when given) with their total count, and the drafter escrow's balances and
+    payments; JSON-ready, every amount in ETH."""
     chain_id = chain_id_at(chain.rpc)
     if chain_id is None:
         raise ChainError(f"nothing answers at {chain.rpc}: run `specmarket chain up`")
@@ -106,7 +111,13 @@ def chain_status(chain: ChainConfig, operator: str | None = None, limit: int = D
         "challenge_count": len(ids),
         "challenges_of": operator,
         "challenges": [row.to_json() for row in rows_of(client, newest(ids, limit), cfg.resolve_timeout)],
+        "escrow": _escrow(client, chain),
     }
+
+
+def _escrow(client: BondClient, chain: ChainConfig) -> dict[str, Any] | None:
+    deployment = Deployment.load(chain.deployments, client.domain.chain_id)
+    return escrow_status(EscrowClient(client.w3, deployment.escrow)) if deployment.escrow else None
 
 
 def _pending_row(client: BondClient) -> dict[str, Any] | None:
@@ -145,6 +156,7 @@ def format_status(status: dict[str, Any]) -> str:
         state = "active" if row["active"] else "inactive"
         lines.append(f"  {address}  {state}  bond {row['bond']}  open challenges {row['open_challenges']}")
     lines.extend(_challenge_lines(status, now))
+    lines.extend(escrow_lines(status["escrow"]))
     return "\n".join(lines)
 
 

@@ -9,3 +9,4 @@ class Cheat(enum.Enum):
     NONE = "none"
     DRAFT_MODEL = "draft-model"  # answers with the (cheaper) draft model
     FLIP_TOKEN = "flip-token"  # answers honestly, then changes one token in the middle
+    UNDERPAY = "underpay"  # answers honestly, but signs drafters' vouchers for half of what they earned

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.chain.anvil import DEFAULT_RPC
-from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, BondConfig
+from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, DEFAULT_WITHDRAWAL_DELAY_S, BondConfig
 from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime.dirs import default_data_dir
 
@@ -26,12 +26,13 @@ class ChainConfig:
 
 @dataclass(frozen=True)
 class DeployConfig:
-    """A new SpecmarketBond: its owner, referee set, quorum and bond parameters."""
+    """A new SpecmarketBond (its owner, referee set, quorum and bond parameters) and DrafterEscrow."""
 
     deployer_key: Path | None = None  # default on anvil: dev account 0
     referees: tuple[str, ...] = ()  # default on anvil: dev accounts 1-3
     threshold: int | None = None  # default: min(DEFAULT_THRESHOLD, referees)
     bond: BondConfig = field(default_factory=BondConfig)
+    withdrawal_delay: int = DEFAULT_WITHDRAWAL_DELAY_S  # the DrafterEscrow deployed beside it, seconds
 
 
 @dataclass(frozen=True)

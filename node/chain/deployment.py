@@ -16,7 +16,8 @@ from node.chain.anvil import ANVIL_CHAIN_ID, REPO_ROOT, tool_path
 from node.runtime.dirs import default_data_dir
 
 CONTRACTS_DIR = REPO_ROOT / "contracts"
-ARTIFACT = CONTRACTS_DIR / "out" / "SpecmarketBond.sol" / "SpecmarketBond.json"
+BOND = "SpecmarketBond"
+ESCROW = "DrafterEscrow"
 DEFAULT_DEPLOYMENTS_DIR = default_data_dir("chain") / "deployments"  # <chainId>.json, beside anvil's state
 FORGE_BUILD_TIMEOUT_S = 600
 ETHER = 10**18
@@ -28,6 +29,11 @@ ANVIL_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_DEPLOYER, DEV_REFEREES, DEV_OPERATOR, DEV_CHALLENGER, DEV_TREASURY = 0, (1, 2, 3), 4, 5, 9
 DEFAULT_THRESHOLD = 2
 REFEREE_SET_MARGIN_S = 3600  # the default referee-set timelock is the unbonding delay plus this
+REDEEM_WINDOW_S = 3600  # a drafter redeems within this of a withdrawal request (DrafterEscrow.REDEEM_WINDOW)
+DEFAULT_WITHDRAWAL_DELAY_S = 2 * REDEEM_WINDOW_S  # DrafterEscrow's least withdrawal delay
+DEFAULT_DRAFTER_PRICE_WEI = 10**12  # per accepted draft token: 0.000001 ETH (a 64-token answer pays < 0.0001 ETH)
+DEFAULT_ESCROW_DEPOSIT_WEI = ETHER // 10  # a target tops its escrow up to this at start: 100,000 tokens' pay
+DEFAULT_ESCROW_FLOOR_WEI = ETHER // 100  # below this the target warns, and /health says so
 
 
 @functools.cache
@@ -110,6 +116,8 @@ class Deployment:
     config: BondConfig
     referees: tuple[str, ...]
     threshold: int
+    escrow: str = ""  # the DrafterEscrow deployed beside the bond ("" in files written before it existed)
+    withdrawal_delay: int = 0  # ... and its withdrawal delay, seconds
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -133,6 +141,8 @@ class Deployment:
                 config=BondConfig(**data["config"]),
                 referees=tuple(data["referees"]),
                 threshold=int(data["threshold"]),
+                escrow=str(data.get("escrow", "")),
+                withdrawal_delay=int(data.get("withdrawal_delay", 0)),
             )
         except FileNotFoundError:
             raise ChainError(
@@ -142,27 +152,33 @@ class Deployment:
             raise ChainError(f"unreadable deployment file {path}: {exc!r}") from exc
 
 
-def _stale() -> bool:
-    if not ARTIFACT.exists():
+def artifact_path(name: str) -> Path:
+    """contracts/out/<name>.sol/<name>.json: forge's artifact of contract ``name``."""
+    return CONTRACTS_DIR / "out" / f"{name}.sol" / f"{name}.json"
+
+
+def _stale(artifact: Path) -> bool:
+    if not artifact.exists():
         return True
-    built = ARTIFACT.stat().st_mtime
+    built = artifact.stat().st_mtime
     return any(src.stat().st_mtime > built for src in (CONTRACTS_DIR / "src").glob("*.sol"))
 
 
-def forge_build() -> None:
+def forge_build(artifact: Path) -> None:
     """Compile the contracts (forge, through the npm solc shim) into contracts/out."""
     argv = [str(tool_path("forge")), "build", "--skip", "test", "--skip", "script"]
     try:
         done = subprocess.run(argv, cwd=CONTRACTS_DIR, capture_output=True, text=True, timeout=FORGE_BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise ChainError(f"forge build did not finish in {FORGE_BUILD_TIMEOUT_S} s") from exc
-    if done.returncode != 0 or not ARTIFACT.exists():
+    if done.returncode != 0 or not artifact.exists():
         raise ChainError(f"forge build failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
 
 
-def load_artifact() -> tuple[list[dict], str]:
-    """SpecmarketBond's ABI and creation bytecode, compiling first when missing or out of date."""
-    if _stale():
-        forge_build()
-    data = json.loads(ARTIFACT.read_text())
+def load_artifact(name: str = BOND) -> tuple[list[dict], str]:
+    """Contract ``name``'s ABI and creation bytecode, compiling first when missing or out of date."""
+    artifact = artifact_path(name)
+    if _stale(artifact):
+        forge_build(artifact)
+    data = json.loads(artifact.read_text())
     return data["abi"], data["bytecode"]["object"]

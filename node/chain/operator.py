@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eth_account import Account
@@ -24,8 +24,10 @@ from eth_account import Account
 from node.chain import ChainError
 from node.chain.cheat import Cheat
 from node.chain.client import BondClient, transfer
-from node.chain.deployment import DEV_DEPLOYER, ETHER, dev_key, require_dev_chain
+from node.chain.deployment import DEV_DEPLOYER, ETHER, dev_key, format_ether, require_dev_chain
+from node.chain.escrow import EscrowClient
 from node.chain.keys import load_or_create_key
+from node.chain.paymaster import Paymaster, PaymentConfig
 from node.chain.receipts import RECEIPT_FRESH_S, Receipt, RequestSpec, SignedReceipt, hash_tokens, sign_receipt
 from node.chain.standing import Standing, StandingWatch
 from node.chain.store import ReceiptStore, open_store
@@ -57,6 +59,7 @@ class Operator:
         self.store = store
         self.watch = watch  # None: sign unconditionally, on the local clock (tests of the store alone)
         self._sign_lock = threading.Lock()
+        self.paymaster: Paymaster | None = None  # pays drafters from the DrafterEscrow (open_payments)
         self.receipts_signed = 0  # signatures made since this start (new answers and fresh re-signs)
 
     def standing(self) -> Standing | None:
@@ -79,6 +82,7 @@ class Operator:
             "chain_id": self.client.domain.chain_id,
             "receipt_store": f"{self.store.nonce:016x}",
             "receipts_signed": self.receipts_signed,
+            "payments": None if self.paymaster is None else self.paymaster.describe(),
             **(standing.to_json() if standing is not None else {"serving": True}),
         }
 
@@ -110,6 +114,24 @@ class Operator:
             log.info("operator %s topped its bond up by %d wei (gas %d)", self.address, missing, tx.gas_used)
         bond_now = self.client.operator_info(self.address).bond
         return BondStatus(self.address, not info.registered, missing if info.registered else 0, bond_now)
+
+    def open_payments(self, escrow: str, cfg: PaymentConfig, *, underpay: bool = False) -> Paymaster:
+        """Pay drafters from the DrafterEscrow at ``escrow``: top it up to ``cfg.deposit_wei`` (on a dev
+        chain, funding the operator's account first) and sign vouchers at ``cfg.price_wei``."""
+        paymaster = Paymaster(EscrowClient(self.client.w3, escrow), self._key, cfg, underpay=underpay)
+        missing = cfg.deposit_wei - paymaster.escrow.state(self.address).balance
+        if missing > 0:
+            self._fund(missing + GAS_RESERVE_WEI // 10)
+        state = paymaster.ensure_funded()
+        log.info(
+            "operator %s pays drafters %d wei per accepted token from escrow %s (%s held)",
+            self.address,
+            cfg.price_wei,
+            paymaster.escrow.address,
+            format_ether(state.balance),
+        )
+        self.paymaster = paymaster
+        return paymaster
 
     def _fund(self, needed: int) -> None:
         """On a dev chain, fund the operator from anvil's account 0; elsewhere say what is missing."""
@@ -178,6 +200,7 @@ class OperatorConfig:
     bond_wei: int | None = None  # None: the contract's minimum
     cheat: Cheat = Cheat.NONE
     new_store: bool = False  # start a new receipt store even where the old one is missing or unusable
+    payments: PaymentConfig | None = field(default_factory=PaymentConfig)  # None: drafters go unpaid
 
 
 def open_operator(cfg: OperatorConfig, model_dir: Path, data_dir: Path) -> tuple[Operator, BondStatus]:
@@ -197,6 +220,10 @@ def open_operator(cfg: OperatorConfig, model_dir: Path, data_dir: Path) -> tuple
         operator = Operator(client, key, committed, store)
         status = operator.ensure_bonded(cfg.bond_wei)
         operator.watch = StandingWatch(client, address, committed)
+        if cfg.payments is not None and deployment.escrow:
+            operator.open_payments(deployment.escrow, cfg.payments, underpay=cfg.cheat is Cheat.UNDERPAY)
+        elif cfg.payments is not None:
+            log.warning("deployment %s records no DrafterEscrow: drafters go unpaid (redeploy it)", deployment.address)
     except BaseException:
         store.close()  # releases the store's lock
         raise

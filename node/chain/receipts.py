@@ -137,15 +137,17 @@ class RequestSpec:
 
 @dataclass(frozen=True)
 class Domain:
-    """The EIP-712 domain: one deployment of SpecmarketBond on one chain."""
+    """The EIP-712 domain: one deployment of a contract (SpecmarketBond unless named) on one chain."""
 
     chain_id: int
     contract: str
+    name: str = EIP712_NAME
+    version: str = EIP712_VERSION
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "name": EIP712_NAME,
-            "version": EIP712_VERSION,
+            "name": self.name,
+            "version": self.version,
             "chainId": self.chain_id,
             "verifyingContract": to_checksum_address(self.contract),
         }
@@ -182,7 +184,7 @@ class Receipt:
         return dict(zip(names, self.as_tuple(), strict=True))
 
 
-def _account():
+def account_module():
     """eth-account's ``Account``, imported on first use: it loads in about a second (py_ecc), and
     a target that is not bonded, or a client that checks no receipt, never needs it."""
     from eth_account import Account
@@ -190,14 +192,15 @@ def _account():
     return Account
 
 
-def _typed(domain: Domain, types: dict, message: dict[str, Any]):
+def typed_signable(domain: Domain, types: dict, message: dict[str, Any]):
+    """EIP-712 typed data, ready to sign or recover (eth-account's SignableMessage)."""
     from eth_account.messages import encode_typed_data
 
     return encode_typed_data(domain_data=domain.as_dict(), message_types=types, message_data=message)
 
 
 def receipt_signable(domain: Domain, receipt: Receipt):
-    return _typed(domain, RECEIPT_TYPES, receipt.message())
+    return typed_signable(domain, RECEIPT_TYPES, receipt.message())
 
 
 @dataclass(frozen=True)
@@ -230,16 +233,18 @@ def verdict_signable(domain: Domain, disputed: Disputed, operator_at_fault: bool
         "challenger": to_checksum_address(disputed.challenger),
         "operatorAtFault": operator_at_fault,
     }
-    return _typed(domain, VERDICT_TYPES, message)
+    return typed_signable(domain, VERDICT_TYPES, message)
 
 
 def sign_receipt(private_key: bytes | str, domain: Domain, receipt: Receipt) -> bytes:
     """65-byte r‖s‖v signature (eth-account signs with low s, as OpenZeppelin's ECDSA requires)."""
-    return bytes(_account().sign_message(receipt_signable(domain, receipt), private_key).signature)
+    return bytes(account_module().sign_message(receipt_signable(domain, receipt), private_key).signature)
 
 
 def sign_verdict(private_key: bytes | str, domain: Domain, disputed: Disputed, operator_at_fault: bool) -> bytes:
-    return bytes(_account().sign_message(verdict_signable(domain, disputed, operator_at_fault), private_key).signature)
+    return bytes(
+        account_module().sign_message(verdict_signable(domain, disputed, operator_at_fault), private_key).signature
+    )
 
 
 def check_canonical(signature: bytes) -> None:
@@ -258,7 +263,7 @@ def check_canonical(signature: bytes) -> None:
 def recover_receipt_signer(domain: Domain, receipt: Receipt, signature: bytes) -> str:
     check_canonical(signature)
     try:
-        return _account().recover_message(receipt_signable(domain, receipt), signature=signature)
+        return account_module().recover_message(receipt_signable(domain, receipt), signature=signature)
     except (ValueError, TypeError, BadSignature) as exc:  # BadSignature: r, s name no point (e.g. zero)
         raise ReceiptError(f"unrecoverable receipt signature: {exc}") from exc
 

@@ -18,8 +18,10 @@ from pathlib import Path
 from node.chain.config import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
 from node.chain.deployment import (
     DEFAULT_THRESHOLD,
+    DEFAULT_WITHDRAWAL_DELAY_S,
     DEV_CHALLENGER,
     DEV_DEPLOYER,
+    REDEEM_WINDOW_S,
     REFEREE_SET_MARGIN_S,
     BondConfig,
     format_ether,
@@ -51,7 +53,8 @@ def _deploy_config(args: argparse.Namespace) -> DeployConfig:
     if args.reward_bps is not None:
         fields["challenger_reward_bps"] = args.reward_bps
     bond = dataclasses.replace(BondConfig(), **fields)
-    return DeployConfig(args.deployer_key, tuple(args.referee or ()), args.threshold, bond)
+    delay = {"withdrawal_delay": args.withdrawal_delay} if args.withdrawal_delay is not None else {}
+    return DeployConfig(args.deployer_key, tuple(args.referee or ()), args.threshold, bond, **delay)
 
 
 # ------------------------------------------------------------------------- chain commands
@@ -61,7 +64,10 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
     from node.chain.admin import deploy_fresh
 
     deployment, path, gas = deploy_fresh(_chain(args), _deploy_config(args))
-    print(f"deployed SpecmarketBond at {deployment.address} on chain {deployment.chain_id} (gas {gas}); wrote {path}")
+    print(
+        f"deployed SpecmarketBond at {deployment.address} and DrafterEscrow at {deployment.escrow} on chain "
+        f"{deployment.chain_id} (gas {gas} for both); wrote {path}"
+    )
     return 0
 
 
@@ -260,7 +266,9 @@ def _add_chain(sub) -> None:
     chain = p.add_subparsers(dest="chain_command", required=True)
     up = chain.add_parser("up", help="start anvil (detached) if nothing answers, deploy if not deployed there")
     deploy = chain.add_parser("deploy", help="deploy a new SpecmarketBond (starting anvil if nothing answers)")
-    status = chain.add_parser("status", help="chain, contract, config, referees, operators, challenges")
+    status = chain.add_parser(
+        "status", help="chain, contract, config, referees, operators, challenges, drafter escrows and payments"
+    )
     down = chain.add_parser("down", help="stop the anvil `chain up`/`chain deploy` started")
     withdraw = chain.add_parser("withdraw", help="withdraw an account's credits (challenger rewards, refunds)")
     unbond = chain.add_parser("unbond", help="operator: request unbonding (the node stops being active)")
@@ -325,6 +333,13 @@ def _deploy_options(p: argparse.ArgumentParser) -> None:
         type=int,
         help=f"seconds before a proposed referee set takes effect; must exceed the unbonding delay "
         f"(default: the unbonding delay + {REFEREE_SET_MARGIN_S})",
+    )
+    p.add_argument(
+        "--withdrawal-delay",
+        type=int,
+        help="seconds between an operator's request to withdraw from the DrafterEscrow and the withdrawal; at "
+        f"least twice the {REDEEM_WINDOW_S} s drafters are told to redeem within "
+        f"(default {DEFAULT_WITHDRAWAL_DELAY_S})",
     )
 
 

@@ -80,6 +80,23 @@ def _add_target(sub) -> None:
     )
     p.add_argument("--bond", help="bond in ETH, registered or topped up to at start (default: the contract's minimum)")
     p.add_argument(
+        "--drafter-price",
+        type=int,
+        metavar="WEI",
+        help="what a bonded node pays drafters per accepted draft token, in wei, from its DrafterEscrow (never "
+        f"the bond); announced in every draft session; 0 = unpaid (default {d['drafter_price']})",
+    )
+    p.add_argument(
+        "--escrow-deposit",
+        metavar="ETH",
+        help=f"top the drafter escrow up to this at start (default {d['escrow_deposit']})",
+    )
+    p.add_argument(
+        "--escrow-floor",
+        metavar="ETH",
+        help=f"below this much escrow for vouchers the node warns and /health says so (default {d['escrow_floor']})",
+    )
+    p.add_argument(
         "--cheat",
         choices=[c.value for c in Cheat],
         help="a DISHONEST operator for tests and demos: answer with the draft model, or flip one token (default none)",
@@ -132,12 +149,21 @@ def _add_drafter(sub) -> None:
     d = defaults(DrafterConfig)
     p = sub.add_parser(
         "drafter",
-        help="run a drafter peer that drafts tokens for a target",
+        help="run a drafter peer that drafts tokens for a target (or redeem its vouchers)",
         description=(
             "Join a target's drafting market: register on its rendezvous point (only the bootstrap multiaddr is "
             "needed) and serve draft sessions with a local draft model. Drafters post no bond and are never "
-            "slashed. The hostile strategies exist for tests and demos; none can change the target's output."
+            "slashed. The hostile strategies exist for tests and demos; none can change the target's output. "
+            "A bonded target pays --payout for accepted draft tokens with signed vouchers, kept in DATA_DIR's "
+            "wallet; `specmarket drafter redeem --rpc URL --key-file FILE` cashes them at the operators' escrows."
         ),
+    )
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=("run", "redeem"),
+        default="run",
+        help="run: serve drafts (default); redeem: redeem the wallet's vouchers and print what was paid, in ETH",
     )
     p.add_argument("--bootstrap", help="the target's multiaddr, ending in /p2p/<peer id> (required)")
     add_pair_option(p, d["pair"])
@@ -170,6 +196,18 @@ def _add_drafter(sub) -> None:
         help="the target's HTTP API: when registering at --bootstrap keeps failing, its /health says where the "
         "target (same peer id) listens now (default: none, retry --bootstrap)",
     )
+    p.add_argument(
+        "--payout",
+        metavar="ADDRESS",
+        help="where targets pay this drafter (sent to each target over the authenticated session; default: unpaid)",
+    )
+    p.add_argument(
+        "--rpc",
+        metavar="URL",
+        help="a chain to check, after each voucher, that the operator's escrow covers it (stop drafting for it "
+        "otherwise); with redeem: the chain to redeem on (default: no checks)",
+    )
+    p.add_argument("--key-file", type=Path, help="redeem: the payout address's private key file")
     p.add_argument("--config", type=Path, help="TOML file whose [drafter] table supplies defaults")
     p.set_defaults(func=_cmd_drafter)
 
@@ -182,6 +220,8 @@ def _cmd_drafter(args: argparse.Namespace) -> int:
 
     node_logging(args.verbose)
     options = resolve(args, "drafter", DrafterConfig)
+    if args.action == "redeem":
+        return _redeem(options)
     if not options["bootstrap"]:
         raise InvalidParams("--bootstrap MULTIADDR is required (the target prints it at start)")
     cfg = DrafterConfig(**options)
@@ -194,6 +234,20 @@ def _cmd_drafter(args: argparse.Namespace) -> int:
         print(f"registered: {cfg.strategy}", flush=True)
 
     trio.run(serve_until_signalled, node.run, announce, node.request_stop)
+    return 0
+
+
+def _redeem(options: dict) -> int:
+    from node.chain.keys import read_key
+    from node.drafter.redeem import redeem_all
+
+    if not options.get("rpc") or options.get("key_file") is None:
+        raise InvalidParams("redeem needs --rpc URL and --key-file FILE (the payout address's key)")
+    rows = redeem_all(Path(options["data_dir"]), options["rpc"], read_key(Path(options["key_file"])))
+    for row in rows:
+        print(row.line())
+    if not rows:
+        print(f"no vouchers in {options['data_dir']}: nothing to redeem")
     return 0
 
 

@@ -6,6 +6,7 @@ TOML file may override them, and command-line flags override both.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +42,9 @@ class DrafterConfig:
     overlap: bool = True  # draft the next block while the target verifies (early drafts); off: --no-overlap
     min_confidence: float = DEFAULT_MIN_CONFIDENCE  # a draft block ends at a token the draft is less sure of
     target_http: str | None = None  # the target's HTTP API: its /health says where it listens if it moved
+    payout: str | None = None  # the address targets pay this drafter's vouchers to (None: unpaid)
+    rpc: str | None = None  # a chain to check that operators' escrows cover their vouchers (None: no checks)
+    key_file: Path | None = None  # `drafter redeem` only: the payout address's private key file
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
@@ -56,6 +60,10 @@ class DrafterConfig:
             raise InvalidParams(f"--threads must be in [1, {MAX_THREADS}], got {self.threads}")
         if self.target_http is not None and not self.target_http.startswith(("http://", "https://")):
             raise InvalidParams(f"--target-http must be an http:// or https:// URL, got {self.target_http!r}")
+        if self.payout is not None and not re.fullmatch(r"0x[0-9a-fA-F]{40}", self.payout):
+            raise InvalidParams(f"--payout must be an address (0x + 40 hex digits), got {self.payout!r}")
+        if self.rpc is not None and not self.rpc.startswith(("http://", "https://")):
+            raise InvalidParams(f"--rpc must be an http:// or https:// URL, got {self.rpc!r}")
         from p2p.host import parse_peer_addr  # libp2p: only when a drafter is configured
 
         parse_peer_addr(self.bootstrap)  # fail at start, not on first dial

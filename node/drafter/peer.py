@@ -1,7 +1,10 @@
 """The drafter peer: registers with a target's rendezvous point and serves draft sessions.
 
-One long-lived stream per job. The target sends ``open`` (context, sampling params, seed, γ, k),
-then ``advance`` (the tokens emitted since the last message). The drafter answers each with a
+One long-lived stream per job. The target sends ``open`` (context, sampling params, seed, γ, k, its
+price per accepted token), then ``advance`` (the tokens emitted since the last message, and this
+drafter's accepted count), and last ``settle`` (the job's accepted count and the operator's voucher,
+kept in the drafter's wallet: node.drafter.wallet). A drafter with a payout address names it in a
+``payout`` message right after the ``open``. The drafter answers each open/advance with a
 ``draft`` for positions k .. k+γ-1 and, with overlap on, then drafts on while the target verifies
 and sends an early draft for the round after (``node.drafter.session``). Per session one task reads
 the stream (so an ``advance`` is seen at once, even mid-draft) and one drafts and sends; each session
@@ -27,18 +30,20 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.utils.varint import encode_uvarint
 
+from node.chain.vouchers import SignedVoucher
 from node.client.http import http_json
 from node.drafter.config import DrafterConfig
 from node.drafter.session import DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
+from node.drafter.wallet import Wallet, escrow_shortfall
 from node.model.adapter import HFCausalLM
 from node.model.loading import load_model_dir, tokenizer_fingerprint
 from node.model.prefix_cache import PrefixCache
 from p2p.discovery import announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamEnded, StreamFailed
 from p2p.host import InvalidAddress, parse_peer_addr, peer_addrs, running_host
-from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, Error, InvalidMessage, Open
-from verifier.errors import InvalidParams, error_leaves
+from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, Error, InvalidMessage, Open, Payout, Settle
+from verifier.errors import InvalidParams, SpecmarketError, error_leaves
 from verifier.params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,10 @@ REFUSE_SEND_TIMEOUT_S = 2.0
 LOOKUP_TIMEOUT_S = 5.0  # the target's /health must answer this soon (--target-http)
 MAX_HEALTH_BYTES = 1 << 20
 MAX_LOOKUP_ADDRS = 16
+
+
+class Refused(SpecmarketError):
+    """This drafter does not draft for the target (its wallet says the target does not pay)."""
 
 
 def addrs_of(peer_id: ID, texts: list) -> list[multiaddr.Multiaddr]:
@@ -98,6 +107,8 @@ class DrafterNode:
         self.host: IHost | None = None
         self.model.fork().extend([self.tokenizer.eos_token_id])  # warm up: the first forward pass is slow
         self.prefixes = PrefixCache(self.model)  # node.model.prefix_cache
+        self.wallet = Wallet.open(cfg.data_dir, cfg.payout)
+        self.background: trio.Nursery | None = None  # escrow checks run here (run())
 
     def _new_session(self, msg: Open) -> DraftSession:
         params = SamplingParams(msg.temperature, msg.top_k, msg.top_p)  # raises InvalidParams
@@ -119,13 +130,20 @@ class DrafterNode:
             overlap=self.cfg.overlap,
             min_confidence=self.cfg.min_confidence,
             asked_at=time.perf_counter(),
+            price_wei=msg.price_wei,
         )
 
     async def _open_session(self, fs: FrameStream) -> DraftSession:
         first = await fs.receive(SESSION_IDLE_TIMEOUT_S)
         if not isinstance(first, Open):
             raise ProtocolViolation(f"expected open, got {type(first).__name__.lower()}")
+        if (refusal := self.wallet.refusal(fs.peer_id)) is not None:
+            raise Refused(refusal)
         session = self._new_session(first)
+        if first.price_wei:
+            self.wallet.opened(fs.peer_id, first.price_wei)
+            if self.wallet.payout is not None:  # before any draft: the target pays this address
+                await fs.send(Payout(first.job, self.wallet.payout), SEND_TIMEOUT_S)
         log.info(
             "job %s: session opened by %s (γ=%d, context %d tokens, overlap %s)",
             first.job,
@@ -149,11 +167,46 @@ class DrafterNode:
         try:
             while True:
                 msg = await fs.receive(SESSION_IDLE_TIMEOUT_S)
-                if not isinstance(msg, Advance):
-                    raise ProtocolViolation(f"expected advance, got {type(msg).__name__.lower()}")
+                if session.settled or isinstance(msg, Open):
+                    raise ProtocolViolation(
+                        f"{type(msg).__name__.lower()} after the session's {'settle' if session.settled else 'open'}"
+                    )
+                if isinstance(msg, Settle):
+                    self._settle(fs.peer_id, session, msg)
+                    session.stop()  # nothing more to draft: the target closes the stream next
+                    continue
+                assert isinstance(msg, Advance)  # FrameStream(allowed=TO_DRAFTER)
                 session.advance(msg, time.perf_counter())
         finally:
             session.stop()
+
+    def _settle(self, target: str, session: DraftSession, msg: Settle | None) -> None:
+        """The job is over: its accepted tokens and voucher go to the wallet (``msg`` None: the stream
+        ended without a settle, so the last advance's count stands, with no voucher)."""
+        if msg is not None and (msg.job != session.job or msg.accepted < session.credited):
+            raise ProtocolViolation(f"settle for job {msg.job!r} with {msg.accepted} accepted does not fit the session")
+        session.settled = True
+        if not session.price_wei:
+            return
+        accepted, voucher = (msg.accepted, msg.voucher) if msg is not None else (session.credited, "")
+        kept = self.wallet.settle(target, session.job, session.price_wei, accepted, voucher)
+        log.info(
+            "job %s: %d draft tokens accepted (own count ≤ %d) at %d wei%s",
+            session.job, accepted, session.matched, session.price_wei,
+            f"; voucher for {kept.voucher.cumulative_wei} wei in all" if kept is not None else "",
+        )  # fmt: skip
+        if kept is not None and self.cfg.rpc and self.background is not None:
+            self.background.start_soon(self._check_escrow, target, kept)
+
+    async def _check_escrow(self, target: str, kept: SignedVoucher) -> None:
+        """Whether the escrow can pay what is unredeemed (a chain read, in a worker thread)."""
+        assert self.cfg.rpc is not None
+        try:
+            uncovered = await trio.to_thread.run_sync(escrow_shortfall, self.cfg.rpc, kept, abandon_on_cancel=True)
+        except (SpecmarketError, OSError) as exc:
+            log.warning("cannot check %s's escrow: %s", target, exc)
+            return
+        self.wallet.mark_cover(target, uncovered)
 
     async def _drafting(self, fs: FrameStream, session: DraftSession) -> None:
         """Draft what the session needs next and send it; wait for an advance when nothing is needed."""
@@ -227,6 +280,10 @@ class DrafterNode:
             await self._serve_session(fs, session)
         except StreamEnded as exc:
             _log_end(fs, session, exc)
+        except Refused as exc:
+            log.warning("refusing a session from %s: %s", fs.peer_id, exc)
+            with contextlib.suppress(StreamFailed, InvalidMessage):
+                await fs.send(Error(str(exc)), REFUSE_SEND_TIMEOUT_S)
         except (InvalidMessage, ProtocolViolation, InvalidParams) as exc:
             log.warning("%sdropping the stream from %s: %s", _job(session), fs.peer_id, exc)
         except StreamFailed as exc:
@@ -235,6 +292,9 @@ class DrafterNode:
             log.warning("%ssession with %s failed: %s: %s", _job(session), fs.peer_id, type(exc).__name__, exc)
         finally:
             self.sessions -= 1
+            if session is not None and not session.settled:  # the last advance's count, with no voucher
+                with contextlib.suppress(ProtocolViolation):
+                    self._settle(fs.peer_id, session, None)
             await fs.close()
             if session is not None and hasattr(session.proposer, "model"):
                 self.prefixes.keep(session.proposer.model, len(session.context) - session.k)
@@ -277,6 +337,7 @@ class DrafterNode:
         bootstrap = parse_peer_addr(self.cfg.bootstrap)
         async with running_host(self.cfg.data_dir, self.cfg.listen) as host, trio.open_nursery() as nursery:
             self.host = host
+            self.background = nursery
             host.set_stream_handler(DRAFT_PROTOCOL_ID, self.handle_stream)
             namespace = drafter_namespace(self.fingerprint)
             relocate = self.find_target if self.cfg.target_http else None

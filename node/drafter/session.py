@@ -37,6 +37,7 @@ from node.drafter.strategies import Behaviour
 from p2p.messages import MAX_DRAFT_MS, Advance, Draft
 from verifier.decode import Proposer
 from verifier.errors import SpecmarketError
+from verifier.model import common_prefix
 from verifier.params import SamplingParams
 
 MS = 1000.0
@@ -88,6 +89,10 @@ class DraftSession:
     rounds: int = 1  # rounds the target asked for: the open, then one per advance
     tokens_sent: int = 0  # draft tokens sent (answers and early drafts), for the session's last log line
     garbage_index: int = 0
+    price_wei: int = 0  # what the target pays per accepted draft token (its open)
+    matched: int = 0  # own count: tokens of this drafter's answers that the emitted tokens matched
+    credited: int = 0  # the target's count of this drafter's accepted tokens (its newest advance)
+    settled: bool = False  # the target's settle came: the session is over
 
     # -- trio thread ---------------------------------------------------------------------------
     def advance(self, msg: Advance, now: float) -> None:
@@ -96,6 +101,7 @@ class DraftSession:
         if msg.start != self.k + len(msg.tokens):
             raise ProtocolViolation(f"advance to k={msg.start} from k={self.k} with {len(msg.tokens)} tokens")
         emitted = list(msg.tokens)
+        self.count_accepted(msg, emitted)
         self.rounds += 1
         self.context.extend(emitted)
         self.k, self.asked_at = msg.start, now
@@ -111,6 +117,18 @@ class DraftSession:
                 self.answered, self.answered_at = self.k, now  # the target's own rule: it is this round's answer
                 self.answer_len = length
         self.changed.set()
+
+    def count_accepted(self, msg: Advance, emitted: list[int]) -> None:
+        """Own count: the answer to the round just ended matched ``emitted`` this far (under GUMBEL
+        exactly what verification accepts if the target verified it, so an upper bound of the
+        target's count), and the target's count, which never decreases."""
+        if self.answered == self.k:  # our answer (or our early draft) was this round's
+            self.matched += common_prefix(self.path[: self.answer_len], emitted)
+        if msg.accepted < self.credited:
+            raise ProtocolViolation(
+                f"the target's count of accepted tokens fell from {self.credited} to {msg.accepted}"
+            )
+        self.credited = msg.accepted
 
     def drop_path(self) -> None:
         self.path.clear()

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from node.client.http import http_json
 from node.lab.config import NetDemoConfig
+from node.lab.demo_payments import payees, redeem_rows, with_escrow
 from node.lab.memory import MemoryPeak
 from node.lab.procs import (
     STARTUP_TIMEOUT_S,
@@ -184,10 +185,14 @@ def _referee_starters(work: Path, chain_args: list[str], pair: str) -> list[part
     return starters
 
 
-def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair: str) -> dict:
+def _drafter_names() -> list[str]:
+    return [f"drafter{i}-{strategy}" for i, strategy in enumerate(DEMO_DRAFTERS)]
+
+
+def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair: str, payees: dict) -> dict:
     """Four bonded targets (speculating, plain, and a cheating one of each) and a quorum of referee
-    processes, then the drafter peers: the four of the market, and one honest peer for the
-    speculating cheat. Returns the targets' HTTP URLs, the drafters' multiaddrs and the referee
+    processes, then the drafter peers: the four of the market (each paid at its own address), and one
+    honest peer for the speculating cheat. Returns the targets' HTTP URLs, the drafters' multiaddrs and the referee
     processes."""
     target_cpus, drafter_cpus = core_split()
     target = partial(start_target, work, *chain_args, "--gamma", str(DEMO_GAMMA), pair=pair, cpus=target_cpus)
@@ -205,11 +210,11 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair:
             *referees,
         ]
     )
-    names = [f"drafter{i}-{strategy}" for i, strategy in enumerate(DEMO_DRAFTERS)]
+    names = _drafter_names()
     bootstrap = spec.lines["multiaddr"][0]
     drafter = partial(start_drafter, work, pair=pair, cpus=drafter_cpus)
     starters = [
-        partial(drafter, bootstrap, s, n, "--seed", str(i))
+        partial(drafter, bootstrap, s, n, "--seed", str(i), "--payout", payees[n].address)
         for i, (s, n) in enumerate(zip(DEMO_DRAFTERS, names, strict=True))
     ]
     starters.append(partial(drafter, cheat_spec.lines["multiaddr"][0], "honest", "drafter-for-cheat"))
@@ -392,10 +397,14 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
         config = BondConfig()
         referees = [dev_address(i) for i in DEV_REFEREES]
         deployment, tx = deploy(w3, dev_key(DEV_DEPLOYER), config, referees, DEFAULT_THRESHOLD)
+        deployment = with_escrow(w3, deployment)
         deployment.save(work / "deployments")
         client = BondClient(w3, deployment.address)
         step(f"anvil at {anvil.url}; SpecmarketBond at {deployment.address} (gas {tx.gas_used})")
-        urls = _start_parties(group, work, ["--chain", anvil.url, "--deployments", str(work / "deployments")], cfg.pair)
+        step(f"DrafterEscrow at {deployment.escrow}: the targets pay their drafters from it")
+        payout = payees(work, _drafter_names())
+        chain_args = ["--chain", anvil.url, "--deployments", str(work / "deployments")]
+        urls = _start_parties(group, work, chain_args, cfg.pair, payout)
         result = _serve_and_compare(urls, cfg)
         named = get_pair(cfg.pair)
         pair = load_pair(named.target_dir(), named.draft_dir(), DEFAULT_KERNEL)  # the kernel the targets serve with
@@ -405,11 +414,23 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
         result["bond_config"] = {k: v for k, v in vars(config).items() if k != "treasury"}
         result["gas_price_wei"] = int(w3.eth.gas_price)
         result["deploy_gas"] = tx.gas_used
+        credited = _credited(urls)
         step("stopping every process (before anvil, so no referee loses its chain)")
         group.stop_all()
+        step("each drafter redeems its vouchers at the operator's escrow")
+        result["payments"] = redeem_rows(anvil.url, work, payout, credited)
     step("every process stopped; re-executing every answer as a challenger would")
     _measure_offchain(result, pair, cfg)
     return result
+
+
+def _credited(urls: dict) -> dict[str, int]:
+    """Drafter name -> the tokens the speculating target's ledger credited it in all (warm-up included)."""
+    stats = http_json(f"{urls['spec']}/health")["drafters"]
+    return {
+        name: stats.get(addr.rsplit("/", 1)[-1], {}).get("credited_tokens", 0)
+        for name, addr in urls["drafters"].items()
+    }
 
 
 def _cores(cores: frozenset[int] | None) -> list[int] | str:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from node.chain.deployment import ETHER
+from node.lab.demo_payments import payments_ok, render_payments
 from node.lab.gamma_sweep import measured_alpha
 from node.lab.plots import plot_drafter_acceptance, plot_omega_convergence, plot_speedup_measured, plot_with_without
 from node.lab.round_table import render_rounds
@@ -109,10 +110,12 @@ def bond_sizing(result: dict, rows: dict[str, dict]) -> dict[str, BondSizing]:
 
 
 def run_ok(result: dict) -> bool:
-    """The run showed the thesis: same outputs; every cheat slashed the configured amount."""
+    """The run showed the thesis: same outputs; every cheat slashed the configured amount; every
+    drafter paid exactly price x its credited tokens."""
     slash = result["bond_config"]["slash_amount"]
     episodes = result["cheating"]["episodes"].values()
-    return result["identical_outputs"] and all(e["at_fault"] and e["slashed_wei"] == slash for e in episodes)
+    slashed = all(e["at_fault"] and e["slashed_wei"] == slash for e in episodes)
+    return result["identical_outputs"] and slashed and payments_ok(result.get("payments", []))
 
 
 def _table(header: list[str], rows: list[list[object]]) -> str:
@@ -189,6 +192,7 @@ def _trust_budget(result: dict, rows: dict[str, dict]) -> str:
             "referee_positions": ", ".join(str(w["target_positions"]) for w in episodes[m]["referee_work"]),
             "referee_seconds": ", ".join(_seconds(w["seconds"]) for w in episodes[m]["referee_work"]),
             "min_bond": cfg["min_bond"],
+            "paid_from": "the DrafterEscrow, never the bond" if m == "with_speculation" else "– (no drafters)",
         }
         for m in MODES
     }
@@ -207,6 +211,7 @@ def _trust_budget(result: dict, rows: dict[str, dict]) -> str:
             ("gas: challenge", "challenge_gas", lambda v: f"{v:,}"),
             ("gas: resolution (referee quorum, at fault)", "resolve_gas", lambda v: f"{v:,}"),
             ("referee signatures on the resolution (separate processes)", "referee_signatures", str),
+            ("drafter payments come out of", "paid_from", str),
             ("bond required (contract minimum)", "min_bond", _eth),
             ("bond posted by the operator", "bond_before_wei", _eth),
             ("slashed", "slashed_wei", _eth),
@@ -389,6 +394,7 @@ def render(result: dict, rows: dict[str, dict], fit: dict, sizing: dict[str, Bon
         render_rounds(result["with_speculation"].get("rounds")),
         f"## Drafter peers\n\n{drafters}\n\n{_drafters(result)}",
         "![per-drafter acceptance](drafter_acceptance.png)",
+        render_payments(result.get("payments")),
         f"## The trust budget\n\n{trust}\n\n{_trust_budget(result, rows)}\n\n{TRUST_NOTES}",
         "## The forgery row\n\n" + _forgery(result["forgery"]),
         "## Bond sizing\n\n" + _bond(sizing, result),
@@ -432,6 +438,9 @@ def print_summary(result: dict) -> None:
             f"cheating operator {MODE_TITLES[mode]}: wrong token {e['first_wrong']}, "
             f"challenge gas {e['challenge_gas']}, resolution gas {e['resolve_gas']}, slashed {_eth(e['slashed_wei'])}"
         )
+    for r in result.get("payments", []):
+        earned, redeemed = _eth(r["earned_wei"]), _eth(r["redeemed_wei"])
+        print(f"drafter {r['name']}: {r['credited']} tokens credited, earned {earned}, redeemed {redeemed}")
     f = result["forgery"]
     print(
         f"forgery (TV distance from the target): textbook rule {f['textbook_tv']:.3f}, "

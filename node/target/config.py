@@ -12,12 +12,19 @@ from typing import TYPE_CHECKING
 
 from market.policy import DEFAULT_DEADLINE_MS
 from node.chain.cheat import Cheat
-from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, parse_ether
+from node.chain.deployment import (
+    DEFAULT_DEPLOYMENTS_DIR,
+    DEFAULT_DRAFTER_PRICE_WEI,
+    DEFAULT_ESCROW_DEPOSIT_WEI,
+    DEFAULT_ESCROW_FLOOR_WEI,
+    format_ether,
+    parse_ether,
+)
 from node.chain.keys import OPERATOR_KEY_FILE
 from node.model.kernels import DEFAULT_KERNEL, KERNELS
 from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime.dirs import default_data_dir
-from p2p.messages import DEFAULT_LISTEN
+from p2p.messages import DEFAULT_LISTEN, MAX_PRICE_WEI
 from verifier.errors import InvalidParams
 from verifier.proposal import MAX_GAMMA
 
@@ -102,6 +109,10 @@ class TargetConfig:
     deployments: Path = DEFAULT_DEPLOYMENTS_DIR
     operator_key: Path | None = None  # default: DATA_DIR/keys/operator.key
     bond: str | None = None  # ETH; None: the contract's minimum
+    # drafters are paid from the DrafterEscrow (a bonded node only): wei per accepted draft token
+    drafter_price: int = DEFAULT_DRAFTER_PRICE_WEI
+    escrow_deposit: str = format_ether(DEFAULT_ESCROW_DEPOSIT_WEI).removesuffix(" ETH")  # topped up to at start
+    escrow_floor: str = format_ether(DEFAULT_ESCROW_FLOOR_WEI).removesuffix(" ETH")  # below it: warn, /health says so
     cheat: Cheat = Cheat.NONE  # a DISHONEST operator, for tests and demos
     new_receipt_store: bool = False  # start a new receipt store where the old one is missing or unusable
     max_jobs: int = DEFAULT_MAX_JOBS  # jobs at once (HTTP and libp2p); one more is refused, not queued
@@ -131,6 +142,9 @@ class TargetConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not 0 < value <= MAX_HTTP_TIMEOUT_S:
                 raise InvalidParams(f"{name} must be in (0, {MAX_HTTP_TIMEOUT_S:.0f}] seconds, got {value}")
+        if isinstance(self.drafter_price, bool) or not 0 <= self.drafter_price <= MAX_PRICE_WEI:
+            raise InvalidParams(f"--drafter-price must be wei in [0, {MAX_PRICE_WEI}], got {self.drafter_price}")
+        parse_ether(self.escrow_deposit), parse_ether(self.escrow_floor)  # a clear error now, not at bonding
         if self.cheat is not Cheat.NONE and not self.chain:
             raise InvalidParams("--cheat only makes sense for a bonded node: add --chain RPC_URL")
         self.http_host_port  # validates --http  # noqa: B018
@@ -162,7 +176,9 @@ class TargetConfig:
         if not self.chain:
             return None
         from node.chain.operator import OperatorConfig  # web3 and eth_account: only for a bonded node
+        from node.chain.paymaster import PaymentConfig
 
+        payments = PaymentConfig(self.drafter_price, parse_ether(self.escrow_deposit), parse_ether(self.escrow_floor))
         return OperatorConfig(
             rpc=self.chain,
             deployments_dir=Path(self.deployments),
@@ -170,4 +186,5 @@ class TargetConfig:
             bond_wei=parse_ether(self.bond) if self.bond is not None else None,
             cheat=self.cheat,
             new_store=self.new_receipt_store,
+            payments=payments,
         )

@@ -14,10 +14,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+from eth_utils import to_checksum_address
+
 from node.target.draft_timing import DraftTiming
 from node.target.sessions import MAX_DRAFTS_PER_MESSAGE, RemoteSession, RoundState, usable
 from p2p.framing import StreamFailed
-from p2p.messages import Draft, Error, InvalidMessage
+from p2p.messages import Draft, Error, InvalidMessage, Payout
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,11 @@ class DraftIntake:
             if isinstance(msg, Error):  # the drafter is full: a refusal, not held against it
                 self._refused(session, msg.message)
                 break
+            if isinstance(msg, Payout):
+                if (why := self._payee(session, msg)) is not None:
+                    self._fail(session, why)
+                    break
+                continue
             assert isinstance(msg, Draft)  # FrameStream(allowed=TO_TARGET) admits nothing else
             if msg.job != self.job or len(msg.tokens) > self.gamma:
                 self._fail(session, f"draft for job {msg.job!r} of {len(msg.tokens)} tokens does not fit the session")
@@ -58,6 +65,14 @@ class DraftIntake:
                 break
             self._take(session, msg, time.perf_counter())
         self.round.changed.set()
+
+    def _payee(self, session: RemoteSession, msg: Payout) -> str | None:
+        """Record where the drafter is paid; why the session fails, if it does (one payout per session,
+        before any draft, for this job)."""
+        if msg.job != self.job or session.payout is not None or session.received:
+            return f"payout for job {msg.job!r} does not fit the session (one, before the first draft)"
+        session.payout = to_checksum_address(msg.address)
+        return None
 
     def _take(self, session: RemoteSession, msg: Draft, now: float) -> None:
         """File one draft: for a later round (the session's early slot), for this round, or stale."""

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 from libp2p.abc import IHost
@@ -22,13 +23,17 @@ from libp2p.peer.id import ID
 from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
+from node.chain import ChainError
 from node.target.config import WAIT_BUDGET_SHARE
 from node.target.rounds import MarketProposer
 from node.target.sessions import RemoteSession
 from p2p.discovery import Registration
-from p2p.framing import FrameStream
-from p2p.messages import DRAFT_PROTOCOL_ID, TO_TARGET
+from p2p.framing import FrameStream, StreamFailed
+from p2p.messages import DRAFT_PROTOCOL_ID, TO_TARGET, InvalidMessage, Settle
 from verifier.params import SamplingParams
+
+if TYPE_CHECKING:
+    from node.chain.paymaster import Paymaster
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +57,14 @@ class MarketDrafting:
         max_drafters: int,
         vocab_size: int,
         wait_budget: float = WAIT_BUDGET_SHARE,
+        paymaster: Paymaster | None = None,
     ) -> None:
         self.host, self.registry, self.policy, self.ledger = host, registry, policy, ledger
         self.credited = {} if credited is None else credited  # the ledger's lifetime credits, mirrored
         self.background = background  # where a job's draft streams are closed (None: before the job ends)
         self.deadline_s, self.max_drafters, self.wait_budget = deadline_s, max_drafters, wait_budget
         self.vocab_size = vocab_size
+        self.paymaster = paymaster  # None: drafters are credited in the ledger, not paid
         self.in_jobs: dict[str, int] = {}  # peer -> jobs it is drafting for now
         self.gone: set[str] = set()  # withdrawn or expired while in a job: forget when the job ends
 
@@ -151,6 +158,7 @@ class MarketDrafting:
             wait_budget=self.wait_budget,
             registry=self.registry,
             policy=self.policy,
+            price_wei=self.paymaster.price_wei if self.paymaster is not None else 0,
         )
         proposer.opening = len(peers)
         log.info("job %s: drafting with %s", job_id, ", ".join(peers))
@@ -187,19 +195,57 @@ class MarketDrafting:
                 if s.peer_id in self.gone:
                     self.gone.discard(s.peer_id)
                     self.on_gone(s.peer_id)
+        vouchers = await self._credit(job_id, sessions)
+        settles = [(s, Settle(job_id, s.accepted, vouchers.get(s.peer_id, ""))) for s in sessions]
         if self.background is not None:  # the job's answer never waits for its streams to close
-            self.background.start_soon(_close_streams, sessions)
+            self.background.start_soon(_close_streams, settles)
         else:
-            await _close_streams(sessions)
+            await _close_streams(settles)
+
+    async def _credit(self, job_id: str, sessions: list[RemoteSession]) -> dict[str, str]:
+        """Credit the job in the ledger and, for a paying operator, sign each paid drafter's voucher
+        in the same transaction: peer id -> voucher JSON."""
         credits = {s.peer_id: (s.accepted, s.proposed) for s in sessions if s.proposed}
-        if credits and await trio.to_thread.run_sync(self.ledger.credit, job_id, credits):  # new: mirror it
-            for peer, (accepted, _) in credits.items():
-                self.credited[peer] = self.credited.get(peer, 0) + accepted
+        if not credits:
+            return {}
+        if self.paymaster is None:
+            new = await trio.to_thread.run_sync(self.ledger.credit, job_id, credits)
+            vouchers: dict[str, str] | None = {} if new else None
+        else:
+            pay = self.paymaster.pay({s.peer_id: s.payout for s in sessions if s.payout is not None})
+            vouchers = await trio.to_thread.run_sync(self.ledger.credit_and_pay, job_id, credits, pay)
+            if vouchers:  # what the escrow holds now, for /health (a chain read: never on the trio loop)
+                self.background_refresh()
+        if vouchers is None:  # credited before: nothing new to mirror or send
+            return {}
+        for peer, (accepted, _) in credits.items():
+            self.credited[peer] = self.credited.get(peer, 0) + accepted
+        return vouchers
+
+    def background_refresh(self) -> None:
+        """Re-read the escrow in a worker thread, off the job's path (a failed read is only logged)."""
+        if self.paymaster is None or self.background is None:
+            return
+        self.background.start_soon(_refresh_escrow, self.paymaster)
 
 
-async def _close_streams(sessions: list[RemoteSession]) -> None:
-    """Close a finished job's draft streams, all at once, within CLOSE_TIMEOUT_S."""
+async def _refresh_escrow(paymaster: Paymaster) -> None:
+    try:
+        await trio.to_thread.run_sync(paymaster.refresh)
+    except (ChainError, OSError) as exc:  # OSError: the RPC endpoint went away
+        log.warning("cannot read the drafter escrow: %s", exc)
+
+
+async def _close_streams(settles: list[tuple[RemoteSession, Settle]]) -> None:
+    """Send each drafter of a finished job its ``settle`` (accepted tokens, voucher), then close the
+    job's draft streams: all at once, within CLOSE_TIMEOUT_S."""
+
+    async def settle_and_close(session: RemoteSession, settle: Settle) -> None:
+        with contextlib.suppress(StreamFailed, InvalidMessage):
+            await session.fs.send(settle, CLOSE_TIMEOUT_S)
+        await session.fs.close()
+
     with trio.move_on_after(CLOSE_TIMEOUT_S):
         async with trio.open_nursery() as nursery:
-            for s in sessions:
-                nursery.start_soon(s.fs.close)
+            for session, settle in settles:
+                nursery.start_soon(settle_and_close, session, settle)

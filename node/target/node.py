@@ -207,6 +207,7 @@ class TargetNode:
                 max_drafters=cfg.max_drafters,
                 wait_budget=cfg.wait_budget,
                 vocab_size=self.pair.target.vocab_size,
+                paymaster=self.operator.paymaster if self.operator is not None else None,
             )
             self.engine = Engine(
                 self.pair,

@@ -69,8 +69,10 @@ class MarketProposer(DraftIntake):
         policy: Policy,
         wait_budget: float = WAIT_BUDGET_SHARE,
         prefill_alone: bool = PREFILL_ALONE,
+        price_wei: int = 0,
     ) -> None:
         self.sessions = sessions
+        self.price_wei = price_wei  # announced in every open: what an accepted draft token earns
         # the next round only sends the context: the prompt's round (prefill alone), or a round whose
         # new drafter (a refill) catches up on the context while the target decodes alone
         self.send_only = prefill_alone
@@ -169,9 +171,9 @@ class MarketProposer(DraftIntake):
 
     async def _send_update(self, session: RemoteSession, context: list[int], k: int) -> None:
         if session.synced == 0:
-            msg = Open(self.job, tuple(context), *self._params(), self.seed, self.gamma, k)
-        else:
-            msg = Advance(self.job, tuple(context[session.synced :]), k)
+            msg = Open(self.job, tuple(context), *self._params(), self.seed, self.gamma, k, self.price_wei)
+        else:  # with the drafter's accepted tokens so far, so it can check its pay
+            msg = Advance(self.job, tuple(context[session.synced :]), k, session.accepted)
         # before the send: a draft may be read while the send is still under way (an early draft)
         session.messages, session.sent_at = session.messages + 1, time.perf_counter()
         try:

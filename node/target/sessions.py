@@ -30,6 +30,7 @@ class RemoteSession:
     received: int = 0  # drafts received: more than MAX_DRAFTS_PER_MESSAGE per message is flooding
     accepted: int = 0  # this job: tokens of this drafter's verified drafts that were accepted
     proposed: int = 0  # this job: draft tokens received in time
+    payout: str | None = None  # where the drafter asked to be paid (its ``payout`` message), checksummed
     reason: str = ""
 
     def kill(self, reason: str) -> None:

@@ -9,26 +9,6 @@ abstract contract BondHelpers is TestBase {
     /// @dev The receipt store nonce of the fixtures' receipts (one store signs them all).
     uint64 internal constant STORE_NONCE = 0x5707E;
 
-    function _split(bytes memory sig) internal pure returns (uint8 v, bytes32 r, bytes32 s) {
-        assembly {
-            r := mload(add(sig, 0x20))
-            s := mload(add(sig, 0x40))
-            v := byte(0, mload(add(sig, 0x60)))
-        }
-    }
-
-    /// @dev The malleable twin of a valid signature: (r, n - s, v ^ 1). ecrecover accepts it.
-    function _highS(bytes memory sig) internal pure returns (bytes memory) {
-        (uint8 v, bytes32 r, bytes32 s) = _split(sig);
-        return abi.encodePacked(r, bytes32(SECP256K1_N - uint256(s)), v == 27 ? uint8(28) : uint8(27));
-    }
-
-    /// @dev What `ecrecover` yields for `sig` over `digest` (for expected-revert arguments).
-    function _recover(bytes32 digest, bytes memory sig) internal pure returns (address) {
-        (uint8 v, bytes32 r, bytes32 s) = _split(sig);
-        return ecrecover(digest, v, r, s);
-    }
-
     /// @dev `n` referee keys firstPk, firstPk + 1, ... sorted by address, and their addresses in
     ///      the same order.
     function _refereeKeys(uint256 firstPk, uint256 n) internal returns (uint256[] memory pks, address[] memory addrs) {

@@ -72,6 +72,26 @@ abstract contract TestBase {
     /// secp256k1 group order, for building high-s (malleable) signatures.
     uint256 internal constant SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141;
 
+    function _split(bytes memory sig) internal pure returns (uint8 v, bytes32 r, bytes32 s) {
+        assembly {
+            r := mload(add(sig, 0x20))
+            s := mload(add(sig, 0x40))
+            v := byte(0, mload(add(sig, 0x60)))
+        }
+    }
+
+    /// @dev The malleable twin of a valid signature: (r, n - s, v ^ 1). ecrecover accepts it.
+    function _highS(bytes memory sig) internal pure returns (bytes memory) {
+        (uint8 v, bytes32 r, bytes32 s) = _split(sig);
+        return abi.encodePacked(r, bytes32(SECP256K1_N - uint256(s)), v == 27 ? uint8(28) : uint8(27));
+    }
+
+    /// @dev What `ecrecover` yields for `sig` over `digest` (for expected-revert arguments).
+    function _recover(bytes32 digest, bytes memory sig) internal pure returns (address) {
+        (uint8 v, bytes32 r, bytes32 s) = _split(sig);
+        return ecrecover(digest, v, r, s);
+    }
+
     function assertTrue(bool c, string memory err) internal pure {
         vmx.assertTrue(c, err);
     }

@@ -219,9 +219,25 @@
     serving.replaceChildren(yesNo(op.serving, "serving", "not serving"));
     if (!op.serving && op.reason) serving.append(" ", String(op.reason));
     $("op-receipts").textContent = fmtInt(op.receipts_signed);
+    renderEscrow(op.payments);
     const list = Array.isArray(op.challenges) ? op.challenges : [];
     const rows = list.map((ch) => challengeRow(ch || {}));
     $("challenges").tBodies[0].replaceChildren(...(rows.length ? rows : [emptyRow(7, "no challenge")]));
+  }
+
+  // drafters are paid from the operator's DrafterEscrow, never the bond (docs/market.md)
+  function renderEscrow(pay) {
+    const cell = $("op-escrow");
+    if (!pay) {
+      cell.textContent = "drafters unpaid";
+      return;
+    }
+    if (pay.balance_wei === undefined) {
+      cell.textContent = "not read yet";
+      return;
+    }
+    const price = fmtInt(pay.price_wei) + " wei per accepted token";
+    cell.replaceChildren(fmtEth(pay.balance_wei) + ", " + price + " ", tag(pay.low ? "low" : "ok", pay.low ? "bad" : "good"));
   }
 
   // ---- time series, from successive polls ---------------------------------------------------

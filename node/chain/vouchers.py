@@ -1,0 +1,169 @@
+"""EIP-712 drafter vouchers, byte-compatible with contracts/src/DrafterEscrow.sol.
+
+A voucher is the operator's signed promise that ``drafter`` has earned ``cumulative_wei`` in all
+from ``operator``: each new voucher supersedes the last, and ``DrafterEscrow.redeem`` pays the
+difference between it and what the pair has been paid so far. Cumulative vouchers are the payment
+channels of Filecoin's retrieval market and Lightning: a lost or replayed voucher costs nothing,
+because only the newest one matters and an older one pays nothing.
+
+Typed data: ``Voucher(address operator,address drafter,uint256 cumulativeWei,uint64 issuedAt)`` in
+the domain ("SpecmarketDrafterEscrow", "1", chainId, escrow). ``issued_at`` is informational (the
+contract does not check it): a cumulative voucher never expires.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from eth_keys.exceptions import BadSignature
+from eth_utils import to_checksum_address
+
+from node.chain.receipts import (
+    MAX_U64,
+    SIGNATURE_BYTES,
+    Domain,
+    ReceiptError,
+    account_module,
+    check_canonical,
+    typed_signable,
+)
+
+ESCROW_EIP712_NAME = "SpecmarketDrafterEscrow"
+ESCROW_EIP712_VERSION = "1"
+MAX_U256 = (1 << 256) - 1
+MAX_VOUCHER_BYTES = 1024  # a voucher as JSON is ~420 bytes; a network message with more is refused
+VOUCHER_FORMAT = 1
+VOUCHER_TYPES = {
+    "Voucher": [
+        {"name": "operator", "type": "address"},
+        {"name": "drafter", "type": "address"},
+        {"name": "cumulativeWei", "type": "uint256"},
+        {"name": "issuedAt", "type": "uint64"},
+    ]
+}
+
+
+class VoucherError(ReceiptError):
+    """A voucher whose fields or signature do not hold together."""
+
+
+def escrow_domain(chain_id: int, escrow: str) -> Domain:
+    """The EIP-712 domain of one DrafterEscrow deployment."""
+    return Domain(chain_id, to_checksum_address(escrow), ESCROW_EIP712_NAME, ESCROW_EIP712_VERSION)
+
+
+@dataclass(frozen=True)
+class Voucher:
+    operator: str
+    drafter: str
+    cumulative_wei: int
+    issued_at: int
+
+    def as_tuple(self) -> tuple[str, str, int, int]:
+        """The contract's ``Voucher`` struct."""
+        return (
+            to_checksum_address(self.operator),
+            to_checksum_address(self.drafter),
+            self.cumulative_wei,
+            self.issued_at,
+        )
+
+    def message(self) -> dict[str, Any]:
+        names = [field["name"] for field in VOUCHER_TYPES["Voucher"]]
+        return dict(zip(names, self.as_tuple(), strict=True))
+
+
+@dataclass(frozen=True)
+class SignedVoucher:
+    """A voucher, its signature and the escrow (domain) it is redeemed at."""
+
+    domain: Domain
+    voucher: Voucher
+    signature: bytes
+
+    def signer(self) -> str:
+        """The address that signed it (canonical low-s signatures only, as the contract requires)."""
+        try:
+            check_canonical(self.signature)
+        except ReceiptError as exc:
+            raise VoucherError(str(exc)) from None
+        try:
+            signable = typed_signable(self.domain, VOUCHER_TYPES, self.voucher.message())
+            return account_module().recover_message(signable, signature=self.signature)
+        except (ValueError, TypeError, BadSignature) as exc:
+            raise VoucherError(f"unrecoverable voucher signature: {exc}") from exc
+
+    def check(self) -> None:
+        """Raise VoucherError unless the voucher's operator signed it."""
+        signer = self.signer()
+        if signer != to_checksum_address(self.voucher.operator):
+            raise VoucherError(f"the voucher is signed by {signer}, not by its operator {self.voucher.operator}")
+
+    def to_json(self) -> dict[str, Any]:
+        v = self.voucher
+        return {
+            "format": VOUCHER_FORMAT,
+            "chain_id": self.domain.chain_id,
+            "escrow": to_checksum_address(self.domain.contract),
+            "operator": to_checksum_address(v.operator),
+            "drafter": to_checksum_address(v.drafter),
+            "cumulative_wei": str(v.cumulative_wei),  # a decimal string: JSON numbers lose precision past 2**53
+            "issued_at": v.issued_at,
+            "signature": "0x" + self.signature.hex(),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str) -> SignedVoucher:
+        """Parse an untrusted voucher (a network message, a file); the signature is not checked here."""
+        if len(text.encode()) > MAX_VOUCHER_BYTES:
+            raise VoucherError(f"a voucher is at most {MAX_VOUCHER_BYTES} bytes")
+        try:
+            return cls.from_json(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise VoucherError(f"a voucher is not JSON: {exc}") from None
+
+    @classmethod
+    def from_json(cls, data: Any) -> SignedVoucher:
+        try:
+            if data.get("format") != VOUCHER_FORMAT:
+                raise VoucherError(f"unknown voucher format {data.get('format')!r} (expected {VOUCHER_FORMAT})")
+            sig = data["signature"]
+            if not isinstance(sig, str) or not sig.startswith("0x") or len(sig) != 2 + 2 * SIGNATURE_BYTES:
+                raise VoucherError(f"signature must be 0x + {SIGNATURE_BYTES} bytes of hex")
+            wei = data["cumulative_wei"]
+            if not isinstance(wei, str) or not wei.isdigit() or not 0 < int(wei) <= MAX_U256:
+                raise VoucherError(f"cumulative_wei must be a decimal string in (0, 2**256), got {wei!r:.80}")
+            voucher = Voucher(
+                _address(data["operator"], "operator"),
+                _address(data["drafter"], "drafter"),
+                int(wei),
+                _uint(data["issued_at"], MAX_U64, "issued_at"),
+            )
+            domain = escrow_domain(_uint(data["chain_id"], MAX_U64, "chain_id"), _address(data["escrow"], "escrow"))
+            return cls(domain, voucher, bytes.fromhex(sig[2:]))
+        except (KeyError, AttributeError, TypeError, ValueError) as exc:  # VoucherError passes through
+            raise VoucherError(f"malformed voucher: {exc!r}") from exc
+
+
+def sign_voucher(private_key: bytes | str, domain: Domain, voucher: Voucher) -> SignedVoucher:
+    """Sign ``voucher`` (eth-account signs deterministically, RFC 6979, with low s)."""
+    signable = typed_signable(domain, VOUCHER_TYPES, voucher.message())
+    return SignedVoucher(domain, voucher, bytes(account_module().sign_message(signable, private_key).signature))
+
+
+def _address(value: Any, name: str) -> str:
+    try:
+        return to_checksum_address(value)
+    except (ValueError, TypeError) as exc:
+        raise VoucherError(f"{name} is not an address: {value!r:.80}") from exc
+
+
+def _uint(value: Any, bound: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound:
+        raise VoucherError(f"{name} must be an integer in [0, {bound}], got {value!r:.80}")
+    return value

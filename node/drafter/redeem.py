@@ -1,0 +1,80 @@
+"""`specmarket drafter redeem`: redeem the wallet's newest voucher from each operator at its escrow.
+
+Only the voucher's drafter may redeem it (DrafterEscrow pays the caller, a pull payment), so the key
+must be the payout address's. A voucher already redeemed in full is skipped without a transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from eth_account import Account
+
+from node.chain import ChainError
+from node.chain.contract import connect
+from node.chain.deployment import format_ether
+from node.chain.escrow import EscrowClient
+from node.drafter.wallet import Wallet
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Redeemed:
+    target: str  # the target's peer id
+    operator: str
+    voucher_wei: int  # the voucher's cumulative amount
+    paid_wei: int  # this redemption (0: nothing new)
+    paid_before_wei: int
+    short_wei: int  # what the escrow could not pay now (still owed: redeem again later)
+    gas: int = 0
+    tx: str = ""  # the redeem transaction's hash
+    skipped: str = ""  # why nothing was sent
+
+    def line(self) -> str:
+        head = f"{self.target}: operator {self.operator}: "
+        if self.skipped:
+            return head + self.skipped
+        owed = f"; {format_ether(self.short_wei)} still owed" if self.short_wei else ""
+        return (
+            head + f"redeemed {format_ether(self.paid_wei)} (voucher {format_ether(self.voucher_wei)} in all, "
+            f"{format_ether(self.paid_before_wei)} paid before{owed}; gas {self.gas}, tx {self.tx})"
+        )
+
+
+def redeem_all(data_dir: Path, rpc: str, key: bytes) -> list[Redeemed]:
+    """Redeem every voucher in the wallet at ``data_dir`` from ``key``'s account (blocking)."""
+    me = Account.from_key(key).address
+    w3 = connect(rpc)
+    out = []
+    for target, signed in Wallet.open(data_dir, None).vouchers().items():
+        v = signed.voucher
+        row = Redeemed(target, v.operator, v.cumulative_wei, 0, 0, 0)
+        if v.drafter != me:
+            out.append(_skip(row, f"the voucher pays {v.drafter}, not this key's {me}"))
+            continue
+        if signed.domain.chain_id != w3.eth.chain_id:
+            out.append(_skip(row, f"the voucher is for chain {signed.domain.chain_id}, {rpc} is {w3.eth.chain_id}"))
+            continue
+        escrow = EscrowClient(w3, signed.domain.contract)
+        paid = escrow.paid(v.operator, v.drafter)
+        if v.cumulative_wei <= paid:
+            out.append(_skip(row, f"nothing new: {format_ether(paid)} paid of {format_ether(v.cumulative_wei)}"))
+            continue
+        try:
+            done = escrow.redeem(key, signed)
+        except ChainError as exc:
+            out.append(_skip(row, f"not redeemed: {exc}"))
+            continue
+        tx = done.tx
+        out.append(
+            Redeemed(target, v.operator, v.cumulative_wei, done.amount, paid, done.short, tx.gas_used, tx.tx_hash)
+        )
+    return out
+
+
+def _skip(row: Redeemed, why: str) -> Redeemed:
+    log.info("%s", why)
+    return Redeemed(row.target, row.operator, row.voucher_wei, 0, 0, 0, skipped=why)

@@ -1,0 +1,166 @@
+"""Drafters are paid, end to end: a bonded target with a DrafterEscrow on a real anvil, drafter
+processes over libp2p on loopback, vouchers in every session's ``settle``, and `specmarket drafter
+redeem` cashing them.
+
+The promises tested, each with the attack that would break it:
+- an honest drafter is paid exactly price x its accepted tokens (its balance rises by that, less
+  gas), and the operator's ledger and the drafter's own wallet agree on the count;
+- a hostile drafter earns exactly 0;
+- an operator that under-signs is noticed, and after more than one short job the drafter stops
+  drafting for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from chainutil import deployed_chain
+from eth_account import Account
+
+from node.chain.deployment import dev_address, dev_key
+from node.chain.escrow import EscrowClient
+from node.chain.keys import write_key
+from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_target, wait_for_drafters
+
+PRICE_WEI = 10**9  # per accepted token
+PROMPTS = ["def parse(self, text):\n", "import os\n\n", "class Cache:\n    def __init__(", "for i in range("]
+HONEST = {"alice": 6, "bob": 7}  # drafter name -> the anvil dev account it is paid at
+LIAR = 8
+DEADLINE = ("--draft-deadline-ms", "1000")  # correctness never depends on it; CI machines are slow
+SETTLE_TIMEOUT_S = 20.0
+
+
+def wallet(data_dir: Path) -> dict:
+    path = data_dir / "wallet.json"
+    return json.loads(path.read_text())["accounts"] if path.exists() else {}
+
+
+def wait_for_earnings(data_dir: Path, target: str, wei: int) -> dict:
+    """The drafter's account with ``target`` once its wallet shows ``wei`` earned."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        account = wallet(data_dir).get(target, {})
+        if account.get("earned_wei", 0) >= wei or time.monotonic() > deadline:
+            return account
+        time.sleep(0.1)
+
+
+def credits_by_peer(answers: list[dict]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for answer in answers:
+        for peer, accepted in answer["specmarket"]["credits"].items():
+            totals[peer] = totals.get(peer, 0) + accepted
+    return totals
+
+
+@pytest.fixture(scope="module")
+def paid_net(tmp_path_factory):
+    """A paying target (escrow on anvil), two honest drafters and a lying one, each with a payout address."""
+    tmp = tmp_path_factory.mktemp("paid")
+    with deployed_chain(tmp / "deployments", escrow=True) as chain:
+        chain_args = ("--chain", chain.rpc, "--deployments", str(chain.deployments))
+        target = start_target(tmp, *chain_args, *DEADLINE, "--drafter-price", str(PRICE_WEI))
+        bootstrap = target.lines["multiaddr"][0]
+        drafters = {
+            name: start_drafter(tmp, bootstrap, "honest", name, "--payout", dev_address(i), "--rpc", chain.rpc)
+            for name, i in HONEST.items()
+        }
+        drafters["liar"] = start_drafter(tmp, bootstrap, "lying", "liar", "--payout", dev_address(LIAR))
+        try:
+            http = target.lines["http"][0]
+            wait_for_drafters(http, 3)
+            answers = [complete(http, p, seed=s, max_tokens=32, temperature=0.0) for s, p in enumerate(PROMPTS)]
+            yield chain, tmp, target, drafters, answers
+        finally:
+            for node in drafters.values():
+                node.stop()
+            target.stop()
+
+
+def peer(node) -> str:
+    return node.lines["multiaddr"][0].rsplit("/", 1)[-1]
+
+
+def test_ledger_and_wallets_agree_and_the_liar_earns_nothing(paid_net):
+    _, tmp, target, drafters, answers = paid_net
+    target_peer = peer(target)
+    credits = credits_by_peer(answers)
+    assert sum(credits.get(peer(drafters[n]), 0) for n in HONEST) > 0, "no honest token accepted: nothing tested"
+    health = http_json(f"{target.lines['http'][0]}/health")
+    assert health["operator"]["payments"]["price_wei"] == PRICE_WEI
+    for name, node in drafters.items():
+        accepted = credits.get(peer(node), 0)
+        account = wait_for_earnings(tmp / name, target_peer, PRICE_WEI * accepted)
+        assert health["drafters"][peer(node)]["credited_tokens"] == accepted  # the operator's ledger
+        assert account.get("earned_wei", 0) == PRICE_WEI * accepted  # the drafter's own account of it
+        if name == "liar":
+            assert accepted == 0 and not account.get("voucher"), account
+        elif accepted:
+            voucher = json.loads(account["voucher"])
+            assert int(voucher["cumulative_wei"]) == PRICE_WEI * accepted
+            assert voucher["drafter"] == dev_address(HONEST[name])
+            assert account["unpaid_jobs"] == 0
+
+
+def test_redeem_pays_exactly_the_accepted_tokens(paid_net):
+    chain, tmp, target, drafters, answers = paid_net
+    credits = credits_by_peer(answers)
+    escrow = EscrowClient(chain.client.w3, chain.deployment.escrow)
+    w3 = chain.client.w3
+    for name, index in HONEST.items():
+        accepted = credits.get(peer(drafters[name]), 0)
+        wait_for_earnings(tmp / name, peer(target), PRICE_WEI * accepted)
+        key_file = write_key(tmp / f"{name}.key", dev_key(index))  # anvil's public dev key: tests only
+        before = w3.eth.get_balance(dev_address(index))
+        args = ["drafter", "redeem", "--rpc", chain.rpc, "--key-file", str(key_file), "--data-dir", str(tmp / name)]
+        out = subprocess.run([*SPECMARKET, *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        if not accepted:
+            assert w3.eth.get_balance(dev_address(index)) == before
+            continue
+        tx = re.search(r"tx (0x[0-9a-f]{64})", out.stdout)
+        assert tx, out.stdout
+        receipt = w3.eth.get_transaction_receipt(tx.group(1))
+        gas = receipt["gasUsed"] * receipt["effectiveGasPrice"]
+        assert w3.eth.get_balance(dev_address(index)) == before + PRICE_WEI * accepted - gas
+        assert escrow.paid(Account.from_key(_operator_key(tmp)).address, dev_address(index)) == PRICE_WEI * accepted
+        again = subprocess.run([*SPECMARKET, *args], capture_output=True, text=True, timeout=120)
+        assert again.returncode == 0 and "nothing new" in again.stdout, again.stdout  # a replay sends nothing
+
+
+def _operator_key(tmp: Path) -> bytes:
+    from node.chain.keys import read_key
+
+    return read_key(tmp / "target" / "keys" / "operator.key")
+
+
+def test_an_underpaying_operator_is_noticed_and_dropped(tmp_path):
+    """Cheat.UNDERPAY signs every voucher for half the earnings: the drafter logs each short voucher
+    and, after more than one short job, refuses the target's sessions (the target sees refusals)."""
+    with deployed_chain(tmp_path / "deployments", escrow=True) as chain:
+        chain_args = ("--chain", chain.rpc, "--deployments", str(chain.deployments), "--cheat", "underpay")
+        target = start_target(tmp_path, *chain_args, *DEADLINE, "--drafter-price", str(PRICE_WEI))
+        drafter = start_drafter(tmp_path, target.lines["multiaddr"][0], "honest", "d", "--payout", dev_address(6))
+        try:
+            http = target.lines["http"][0]
+            wait_for_drafters(http, 1)
+            short_jobs, refused = 0, False
+            for seed, prompt in enumerate(PROMPTS * 2):
+                answer = complete(http, prompt, seed=seed, max_tokens=32, temperature=0.0)
+                time.sleep(0.5)  # the settle reaches the drafter after the answer
+                account = wallet(tmp_path / "d").get(peer(target), {})
+                short_jobs = account.get("unpaid_jobs", 0)
+                if short_jobs > 1 and not answer["specmarket"]["credits"]:
+                    refused = True
+                    break
+            assert short_jobs > 1, drafter.log()[-3000:]
+            assert refused, "the drafter kept drafting for an operator that under-signs"
+            assert "short" in drafter.log() and "unpaid" in drafter.log()
+        finally:
+            drafter.stop()
+            target.stop()
