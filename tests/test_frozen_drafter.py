@@ -83,7 +83,11 @@ def test_a_drafter_that_never_reads_costs_a_round_at_most_its_deadline_succeeds(
 
 
 class UnclosableStream:
-    """A finished job's draft stream whose close never completes (a peer that stopped reading)."""
+    """A finished job's draft stream whose close, and the ``settle`` sent before it, never complete
+    (a peer that stopped reading)."""
+
+    async def send(self, message, timeout_s: float) -> None:
+        await trio.sleep_forever()
 
     async def close(self) -> None:
         await trio.sleep_forever()

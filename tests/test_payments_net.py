@@ -22,7 +22,7 @@ import pytest
 from chainutil import deployed_chain
 from eth_account import Account
 
-from node.chain.deployment import dev_address, dev_key
+from node.chain.deployment import dev_address, dev_key, format_ether
 from node.chain.escrow import EscrowClient
 from node.chain.keys import write_key
 from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_target, wait_for_drafters
@@ -30,6 +30,7 @@ from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_
 PRICE_WEI = 10**9  # per accepted token
 PROMPTS = ["def parse(self, text):\n", "import os\n\n", "class Cache:\n    def __init__(", "for i in range("]
 HONEST = {"alice": 6, "bob": 7}  # drafter name -> the anvil dev account it is paid at
+AUTO = "bob"  # redeems by itself after every voucher (--redeem-above 0); alice redeems by hand
 LIAR = 8
 DEADLINE = ("--draft-deadline-ms", "1000")  # correctness never depends on it; CI machines are slow
 SETTLE_TIMEOUT_S = 20.0
@@ -66,8 +67,20 @@ def paid_net(tmp_path_factory):
         chain_args = ("--chain", chain.rpc, "--deployments", str(chain.deployments))
         target = start_target(tmp, *chain_args, *DEADLINE, "--drafter-price", str(PRICE_WEI))
         bootstrap = target.lines["multiaddr"][0]
+        auto_key = write_key(tmp / f"{AUTO}.key", dev_key(HONEST[AUTO]))  # anvil's public dev key: tests only
+        auto = ("--key-file", str(auto_key), "--redeem-above", "0")
         drafters = {
-            name: start_drafter(tmp, bootstrap, "honest", name, "--payout", dev_address(i), "--rpc", chain.rpc)
+            name: start_drafter(
+                tmp,
+                bootstrap,
+                "honest",
+                name,
+                "--payout",
+                dev_address(i),
+                "--rpc",
+                chain.rpc,
+                *(auto if name == AUTO else ()),
+            )
             for name, i in HONEST.items()
         }
         drafters["liar"] = start_drafter(tmp, bootstrap, "lying", "liar", "--payout", dev_address(LIAR))
@@ -111,26 +124,45 @@ def test_redeem_pays_exactly_the_accepted_tokens(paid_net):
     chain, tmp, target, drafters, answers = paid_net
     credits = credits_by_peer(answers)
     escrow = EscrowClient(chain.client.w3, chain.deployment.escrow)
+    operator = Account.from_key(_operator_key(tmp)).address
     w3 = chain.client.w3
-    for name, index in HONEST.items():
+    by_hand = [name for name in HONEST if name != AUTO]
+    for name in by_hand:
         accepted = credits.get(peer(drafters[name]), 0)
         wait_for_earnings(tmp / name, peer(target), PRICE_WEI * accepted)
-        key_file = write_key(tmp / f"{name}.key", dev_key(index))  # anvil's public dev key: tests only
-        before = w3.eth.get_balance(dev_address(index))
+        key_file = write_key(tmp / f"{name}.key", dev_key(HONEST[name]))  # anvil's public dev key: tests only
+        before = w3.eth.get_balance(dev_address(HONEST[name]))
         args = ["drafter", "redeem", "--rpc", chain.rpc, "--key-file", str(key_file), "--data-dir", str(tmp / name)]
         out = subprocess.run([*SPECMARKET, *args], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         if not accepted:
-            assert w3.eth.get_balance(dev_address(index)) == before
+            assert w3.eth.get_balance(dev_address(HONEST[name])) == before
             continue
         tx = re.search(r"tx (0x[0-9a-f]{64})", out.stdout)
         assert tx, out.stdout
         receipt = w3.eth.get_transaction_receipt(tx.group(1))
         gas = receipt["gasUsed"] * receipt["effectiveGasPrice"]
-        assert w3.eth.get_balance(dev_address(index)) == before + PRICE_WEI * accepted - gas
-        assert escrow.paid(Account.from_key(_operator_key(tmp)).address, dev_address(index)) == PRICE_WEI * accepted
+        assert w3.eth.get_balance(dev_address(HONEST[name])) == before + PRICE_WEI * accepted - gas
+        assert escrow.paid(operator, dev_address(HONEST[name])) == PRICE_WEI * accepted
         again = subprocess.run([*SPECMARKET, *args], capture_output=True, text=True, timeout=120)
         assert again.returncode == 0 and "nothing new" in again.stdout, again.stdout  # a replay sends nothing
+    # the drafter that redeems by itself was paid every voucher's increment, and no more
+    auto_accepted = credits.get(peer(drafters[AUTO]), 0)
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while escrow.paid(operator, dev_address(HONEST[AUTO])) < PRICE_WEI * auto_accepted and time.monotonic() < deadline:
+        time.sleep(0.2)
+    redeemed = escrow.events("Redeemed", drafter=dev_address(HONEST[AUTO]))
+    assert sum(e["amount"] for e in redeemed) == escrow.paid(operator, dev_address(HONEST[AUTO]))
+    assert escrow.paid(operator, dev_address(HONEST[AUTO])) == PRICE_WEI * auto_accepted
+    status = subprocess.run(
+        [*SPECMARKET, "chain", "status", "--json", *chain.cli_args()], capture_output=True, text=True, timeout=120
+    )
+    assert status.returncode == 0, status.stderr[-2000:]
+    escrow_rows = json.loads(status.stdout)["escrow"]
+    paid = {row["drafter"]: row["paid"] for row in escrow_rows["paid"]}
+    for name, index in HONEST.items():
+        accepted = credits.get(peer(drafters[name]), 0)
+        assert paid.get(dev_address(index), "0 ETH") == format_ether(PRICE_WEI * accepted)
 
 
 def _operator_key(tmp: Path) -> bytes:
@@ -141,14 +173,19 @@ def _operator_key(tmp: Path) -> bytes:
 
 def test_an_underpaying_operator_is_noticed_and_dropped(tmp_path):
     """Cheat.UNDERPAY signs every voucher for half the earnings: the drafter logs each short voucher
-    and, after more than one short job, refuses the target's sessions (the target sees refusals)."""
+    and, after more than one short job, refuses the target's sessions (the target sees refusals).
+    Its escrow (0.1 ETH) is below the floor it is given (1 ETH): it warns, and /health says so."""
     with deployed_chain(tmp_path / "deployments", escrow=True) as chain:
         chain_args = ("--chain", chain.rpc, "--deployments", str(chain.deployments), "--cheat", "underpay")
-        target = start_target(tmp_path, *chain_args, *DEADLINE, "--drafter-price", str(PRICE_WEI))
+        floor = ("--escrow-floor", "1")
+        target = start_target(tmp_path, *chain_args, *DEADLINE, *floor, "--drafter-price", str(PRICE_WEI))
         drafter = start_drafter(tmp_path, target.lines["multiaddr"][0], "honest", "d", "--payout", dev_address(6))
         try:
             http = target.lines["http"][0]
             wait_for_drafters(http, 1)
+            payments = http_json(f"{http}/health")["operator"]["payments"]
+            assert payments["low"] is True and payments["balance_wei"] == 10**17, payments
+            assert "below the floor" in target.log()
             short_jobs, refused = 0, False
             for seed, prompt in enumerate(PROMPTS * 2):
                 answer = complete(http, prompt, seed=seed, max_tokens=32, temperature=0.0)

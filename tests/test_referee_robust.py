@@ -32,7 +32,7 @@ from chainutil import (
 from eth_account import Account
 from web3 import HTTPProvider
 
-import node.chain.client as client_module
+import node.chain.contract as contract_module
 from node.chain.client import BondClient, connect
 from node.chain.deployment import DEV_REFEREES, BondConfig, dev_key
 from node.chain.events import REORG_DEPTH
@@ -147,14 +147,14 @@ def test_two_referees_resolving_at_once_both_report_the_outcome_succeeds(chain, 
     address = Account.from_key(second_key).address
     two.pool.put(disputed, True, address, sign_verdict(second_key, chain.client.domain, disputed, True))
     estimated = threading.Barrier(2, timeout=BARRIER_TIMEOUT_S)  # only orders the real sends
-    send = client_module._send_signed
+    send = contract_module.send_signed
 
     def after_both_estimates(w3, sender, tx, action):
         if action == "resolve":
             estimated.wait()
         return send(w3, sender, tx, action)
 
-    monkeypatch.setattr(client_module, "_send_signed", after_both_estimates)
+    monkeypatch.setattr(contract_module, "send_signed", after_both_estimates)
     outcomes: dict[str, list] = {}
 
     def race(name: str, referee: Referee) -> None:

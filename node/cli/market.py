@@ -207,7 +207,15 @@ def _add_drafter(sub) -> None:
         help="a chain to check, after each voucher, that the operator's escrow covers it (stop drafting for it "
         "otherwise); with redeem: the chain to redeem on (default: no checks)",
     )
-    p.add_argument("--key-file", type=Path, help="redeem: the payout address's private key file")
+    p.add_argument("--key-file", type=Path, help="the payout address's private key file (redeem, --redeem-above)")
+    p.add_argument(
+        "--redeem-above",
+        type=int,
+        metavar="WEI",
+        help="with --rpc and --key-file: redeem a target's vouchers as soon as what is unredeemed reaches WEI "
+        "(0: after every voucher), so an operator that empties its escrow takes at most about one job's pay "
+        "(default: redeem by hand)",
+    )
     p.add_argument("--config", type=Path, help="TOML file whose [drafter] table supplies defaults")
     p.set_defaults(func=_cmd_drafter)
 

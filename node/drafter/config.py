@@ -44,7 +44,10 @@ class DrafterConfig:
     target_http: str | None = None  # the target's HTTP API: its /health says where it listens if it moved
     payout: str | None = None  # the address targets pay this drafter's vouchers to (None: unpaid)
     rpc: str | None = None  # a chain to check that operators' escrows cover their vouchers (None: no checks)
-    key_file: Path | None = None  # `drafter redeem` only: the payout address's private key file
+    key_file: Path | None = None  # the payout address's private key file: for `drafter redeem`, and --redeem-above
+    # with --rpc and --key-file, redeem as soon as a target's unredeemed vouchers reach this many wei (0: after
+    # every voucher), so an operator that empties its escrow takes at most about one job's pay; None: by hand
+    redeem_above: int | None = None
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
@@ -64,6 +67,8 @@ class DrafterConfig:
             raise InvalidParams(f"--payout must be an address (0x + 40 hex digits), got {self.payout!r}")
         if self.rpc is not None and not self.rpc.startswith(("http://", "https://")):
             raise InvalidParams(f"--rpc must be an http:// or https:// URL, got {self.rpc!r}")
+        if self.redeem_above is not None and (self.redeem_above < 0 or not self.rpc or self.key_file is None):
+            raise InvalidParams("--redeem-above needs --rpc and --key-file, and a number of wei >= 0")
         from p2p.host import parse_peer_addr  # libp2p: only when a drafter is configured
 
         parse_peer_addr(self.bootstrap)  # fail at start, not on first dial

@@ -33,6 +33,7 @@ from libp2p.utils.varint import encode_uvarint
 from node.chain.vouchers import SignedVoucher
 from node.client.http import http_json
 from node.drafter.config import DrafterConfig
+from node.drafter.redeem import redeem_voucher
 from node.drafter.session import DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
 from node.drafter.wallet import Wallet, escrow_shortfall
@@ -196,17 +197,21 @@ class DrafterNode:
             f"; voucher for {kept.voucher.cumulative_wei} wei in all" if kept is not None else "",
         )  # fmt: skip
         if kept is not None and self.cfg.rpc and self.background is not None:
-            self.background.start_soon(self._check_escrow, target, kept)
+            self.background.start_soon(self._after_voucher, target, kept)
 
-    async def _check_escrow(self, target: str, kept: SignedVoucher) -> None:
-        """Whether the escrow can pay what is unredeemed (a chain read, in a worker thread)."""
-        assert self.cfg.rpc is not None
+    async def _after_voucher(self, target: str, kept: SignedVoucher) -> None:
+        """With --rpc: whether the escrow can pay what is unredeemed, and with --redeem-above, redeem
+        (chain calls, in a worker thread)."""
+        cfg = self.cfg
+        assert cfg.rpc is not None
         try:
-            uncovered = await trio.to_thread.run_sync(escrow_shortfall, self.cfg.rpc, kept, abandon_on_cancel=True)
+            uncovered = await trio.to_thread.run_sync(escrow_shortfall, cfg.rpc, kept, abandon_on_cancel=True)
+            self.wallet.mark_cover(target, uncovered)
+            if cfg.redeem_above is not None and cfg.key_file is not None:  # uncovered too: take what is left
+                redeem = partial(redeem_voucher, cfg.rpc, cfg.key_file, target, kept, cfg.redeem_above)
+                log.info("%s", (await trio.to_thread.run_sync(redeem, abandon_on_cancel=True)).line())
         except (SpecmarketError, OSError) as exc:
-            log.warning("cannot check %s's escrow: %s", target, exc)
-            return
-        self.wallet.mark_cover(target, uncovered)
+            log.warning("cannot check or redeem %s's voucher: %s", target, exc)
 
     async def _drafting(self, fs: FrameStream, session: DraftSession) -> None:
         """Draft what the session needs next and send it; wait for an advance when nothing is needed."""

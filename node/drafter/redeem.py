@@ -16,6 +16,7 @@ from node.chain import ChainError
 from node.chain.contract import connect
 from node.chain.deployment import format_ether
 from node.chain.escrow import EscrowClient
+from node.chain.vouchers import SignedVoucher
 from node.drafter.wallet import Wallet
 
 log = logging.getLogger(__name__)
@@ -46,35 +47,40 @@ class Redeemed:
 
 def redeem_all(data_dir: Path, rpc: str, key: bytes) -> list[Redeemed]:
     """Redeem every voucher in the wallet at ``data_dir`` from ``key``'s account (blocking)."""
-    me = Account.from_key(key).address
     w3 = connect(rpc)
-    out = []
-    for target, signed in Wallet.open(data_dir, None).vouchers().items():
-        v = signed.voucher
-        row = Redeemed(target, v.operator, v.cumulative_wei, 0, 0, 0)
-        if v.drafter != me:
-            out.append(_skip(row, f"the voucher pays {v.drafter}, not this key's {me}"))
-            continue
-        if signed.domain.chain_id != w3.eth.chain_id:
-            out.append(_skip(row, f"the voucher is for chain {signed.domain.chain_id}, {rpc} is {w3.eth.chain_id}"))
-            continue
-        escrow = EscrowClient(w3, signed.domain.contract)
-        paid = escrow.paid(v.operator, v.drafter)
-        if v.cumulative_wei <= paid:
-            out.append(_skip(row, f"nothing new: {format_ether(paid)} paid of {format_ether(v.cumulative_wei)}"))
-            continue
-        try:
-            done = escrow.redeem(key, signed)
-        except ChainError as exc:
-            out.append(_skip(row, f"not redeemed: {exc}"))
-            continue
-        tx = done.tx
-        out.append(
-            Redeemed(target, v.operator, v.cumulative_wei, done.amount, paid, done.short, tx.gas_used, tx.tx_hash)
-        )
-    return out
+    return [redeem_one(w3, key, target, signed) for target, signed in Wallet.open(data_dir, None).vouchers().items()]
+
+
+def redeem_one(w3, key: bytes, target: str, signed: SignedVoucher, at_least_wei: int = 1) -> Redeemed:
+    """Redeem one voucher from ``key``'s account if it pays at least ``at_least_wei`` more than was
+    paid before (blocking)."""
+    me, v = Account.from_key(key).address, signed.voucher
+    row = Redeemed(target, v.operator, v.cumulative_wei, 0, 0, 0)
+    if v.drafter != me:
+        return _skip(row, f"the voucher pays {v.drafter}, not this key's {me}")
+    if signed.domain.chain_id != w3.eth.chain_id:
+        return _skip(row, f"the voucher is for chain {signed.domain.chain_id}, the RPC's is {w3.eth.chain_id}")
+    escrow = EscrowClient(w3, signed.domain.contract)
+    paid = escrow.paid(v.operator, v.drafter)
+    if v.cumulative_wei <= paid:
+        return _skip(row, f"nothing new: {format_ether(paid)} paid of {format_ether(v.cumulative_wei)}")
+    if v.cumulative_wei - paid < at_least_wei:
+        return _skip(row, f"{format_ether(v.cumulative_wei - paid)} unredeemed, below {format_ether(at_least_wei)}")
+    try:
+        done = escrow.redeem(key, signed)
+    except ChainError as exc:
+        return _skip(row, f"not redeemed: {exc}")
+    tx = done.tx
+    return Redeemed(target, v.operator, v.cumulative_wei, done.amount, paid, done.short, tx.gas_used, tx.tx_hash)
 
 
 def _skip(row: Redeemed, why: str) -> Redeemed:
     log.info("%s", why)
     return Redeemed(row.target, row.operator, row.voucher_wei, 0, 0, 0, skipped=why)
+
+
+def redeem_voucher(rpc: str, key_file: Path, target: str, signed: SignedVoucher, at_least_wei: int) -> Redeemed:
+    """``redeem_one`` from a key file (the drafter's --redeem-above; blocking)."""
+    from node.chain.keys import read_key
+
+    return redeem_one(connect(rpc), read_key(key_file), target, signed, at_least_wei)
