@@ -117,5 +117,8 @@ def render_payments(rows: list[dict] | None) -> str:
         "sent at the end of each job and redeemed on chain from the operator's DrafterEscrow, never its bond "
         "(docs/market.md). After the run each drafter redeemed its newest voucher.\n\n"
         + "\n".join(lines)
-        + f"\n\nEvery drafter earned price × its credited tokens and was paid exactly that: **{verdict}**."
+        + f"\n\nEvery drafter earned price × its credited tokens and was paid exactly that: **{verdict}**. "
+        "Under GUMBEL a draft token is accepted only when it is the token the target samples itself, so a "
+        "hostile drafter is paid only for the tokens it happened to get right (the lying one proposes one "
+        "fixed token every time), never for what it claims."
     )
