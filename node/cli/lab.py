@@ -21,6 +21,7 @@ from node.lab.config import (
     TargetBenchConfig,
 )
 from node.model.kernels import KERNELS
+from node.model.pairs import DEFAULT_PAIR
 from node.training.config import PipelineConfig
 
 THEORY_ALPHAS = (0.5, 0.7, 0.8, 0.9)
@@ -202,6 +203,29 @@ def _cmd_bench_target(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench_batch(sub) -> None:
+    p = sub.add_parser(
+        "bench-batch",
+        help="a shared verification pass against the jobs' separate passes (batched verification's row cap)",
+        description=(
+            "For 1, 2, 4 and 8 jobs of 1 or 7 rows each (a plain step, a verification pass at γ = 6), after a "
+            "64-token prefix each: the time of one pass per job against one shared pass of all their rows, "
+            "interleaved, in one run; prints the table and writes JSON."
+        ),
+    )
+    add_pair_option(p, DEFAULT_PAIR)
+    p.add_argument("--threads", type=_positive, default=1, help="torch threads (default 1, as a target node)")
+    p.add_argument("--out", type=Path, help="folder for bench_batch.json (default: print only)")
+    p.set_defaults(func=_cmd_bench_batch)
+
+
+def _cmd_bench_batch(args: argparse.Namespace) -> int:
+    from node.lab.bench_batch import run_bench_batch
+
+    run_bench_batch(args.pair or DEFAULT_PAIR, args.out, args.threads)
+    return 0
+
+
 def _add_bench_draft_length(sub) -> None:
     d = defaults(DraftLengthConfig)
     p = sub.add_parser(
@@ -290,5 +314,6 @@ def add_lab_commands(sub) -> None:
     _add_bench(sub)
     _add_bench_p2p(sub)
     _add_bench_target(sub)
+    _add_bench_batch(sub)
     _add_bench_draft_length(sub)
     _add_train(sub)

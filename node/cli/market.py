@@ -59,6 +59,12 @@ def _add_target(sub) -> None:
         f"libp2p error frame), never queued (default {d['max_jobs']})",
     )
     p.add_argument(
+        "--batch-rows",
+        type=int,
+        help="concurrent jobs share the target's verification passes, up to this many rows a pass, bit for bit "
+        f"as if each ran alone (the packed qwen2.5-coder target only); 0 = off (default {d['batch_rows']})",
+    )
+    p.add_argument(
         "--wait-budget",
         type=float,
         help="share of a job that waiting for drafts that bought no token may cost before a job slower than "

@@ -38,6 +38,9 @@ DEFAULT_HTTP = "127.0.0.1:8000"
 # Bounded load (docs/design.md, "Bounded load"): jobs running at once, over HTTP and libp2p together;
 # one more is refused at once (HTTP 503 with Retry-After, a libp2p error frame), never queued.
 DEFAULT_MAX_JOBS = 8
+# rows of one shared verification pass (node.target.batching); 0 turns batching off
+DEFAULT_BATCH_ROWS = 32
+MAX_BATCH_ROWS = 512
 MAX_JOBS_LIMIT = 1024
 # Deadlines of the HTTP API (node.target.http.api); every one of them drops a stalled client.
 HTTP_BODY_TIMEOUT_S = 10.0  # a client must send its whole body this soon (else 408)
@@ -116,6 +119,7 @@ class TargetConfig:
     cheat: Cheat = Cheat.NONE  # a DISHONEST operator, for tests and demos
     new_receipt_store: bool = False  # start a new receipt store where the old one is missing or unusable
     max_jobs: int = DEFAULT_MAX_JOBS  # jobs at once (HTTP and libp2p); one more is refused, not queued
+    batch_rows: int = DEFAULT_BATCH_ROWS  # concurrent jobs share verification passes of up to this many rows
     open_dashboard: bool = False  # open the live dashboard (GET /) in a web browser once serving
     http_body_timeout_s: float = HTTP_BODY_TIMEOUT_S
     http_write_timeout_s: float = HTTP_WRITE_TIMEOUT_S
@@ -136,6 +140,8 @@ class TargetConfig:
             raise InvalidParams(f"--wait-budget must be in [0, 1), got {self.wait_budget}")
         if not 0 <= self.max_drafters <= MAX_DRAFTERS:
             raise InvalidParams(f"--max-drafters must be in [0, {MAX_DRAFTERS}], got {self.max_drafters}")
+        if isinstance(self.batch_rows, bool) or not 0 <= self.batch_rows <= MAX_BATCH_ROWS:
+            raise InvalidParams(f"--batch-rows must be in [0, {MAX_BATCH_ROWS}], got {self.batch_rows}")
         if isinstance(self.max_jobs, bool) or not 1 <= self.max_jobs <= MAX_JOBS_LIMIT:
             raise InvalidParams(f"--max-jobs must be in [1, {MAX_JOBS_LIMIT}], got {self.max_jobs}")
         for name in ("http_body_timeout_s", "http_write_timeout_s", "http_idle_timeout_s", "http_read_timeout_s"):

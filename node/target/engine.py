@@ -25,7 +25,8 @@ from node.chain.receipts import RequestSpec, SignedReceipt
 from node.model.decoding import check_fits, encode_prompt
 from node.model.loading import ModelPair
 from node.model.prefix_cache import PrefixCache
-from node.target.config import DEFAULT_MAX_JOBS
+from node.target.batching import BatchedLM, PassBatcher
+from node.target.config import DEFAULT_BATCH_ROWS, DEFAULT_MAX_JOBS
 from node.target.counters import EngineCounters, JobHistory, JobRecord, format_stats, new_job_id
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode
 from verifier.errors import InvalidParams, sole_error
@@ -288,6 +289,7 @@ class Engine:
         cheat: Cheat = Cheat.NONE,
         max_jobs: int = DEFAULT_MAX_JOBS,
         plain_pass_s: float | None = None,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
     ):
         if not 1 <= gamma <= MAX_GAMMA:
             raise InvalidParams(f"gamma must be in [1, {MAX_GAMMA}], got {gamma}")
@@ -306,6 +308,14 @@ class Engine:
         # plain decoding's step, measured now and then by every job that measures one of its own
         self.plain_pass_s = plain_pass_s or measure_plain_pass(pair.target)
         self.prefixes = PrefixCache(pair.target)  # node.model.prefix_cache: only where the forward is shape-invariant
+        # batched verification (node.target.batching): only where a shared pass keeps every job's bits
+        shared = batch_rows > 0 and getattr(pair.target, "shape_invariant", False)
+        self.batcher = PassBatcher(batch_rows) if shared else None
+
+    def close(self) -> None:
+        """Stop the pass batcher once the passes queued now have run; a later pass is refused."""
+        if self.batcher is not None:
+            self.batcher.close()
 
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
         if self.drafting is None:
@@ -315,7 +325,8 @@ class Engine:
     def _decode(self, proposer: Proposer | None, job: JobSpec, on_token, timer: list[TimedModel]) -> DecodeResult:
         spec = job.request
         # shared weights, own KV cache, holding the longest prefix of the prompt the last job cached
-        target = TimedModel(self.prefixes.fork_for(spec.prompt), self.plain_pass_s)
+        cache = self.prefixes.fork_for(spec.prompt)
+        target = TimedModel(BatchedLM(cache, self.batcher) if self.batcher else cache, self.plain_pass_s)
         if self.cheat is Cheat.DRAFT_MODEL:  # the cheap model answers, the receipt will claim the target
             target, proposer = TimedModel(self.pair.draft.fork()), None
         timer.append(target)
@@ -338,7 +349,7 @@ class Engine:
         )
         self.plain_pass_s = target.measured_plain_pass_s() or self.plain_pass_s  # the freshest measurement
         if self.cheat is not Cheat.DRAFT_MODEL:
-            self.prefixes.keep(target.model, len(spec.prompt))
+            self.prefixes.keep(cache, len(spec.prompt))
         if self.cheat is Cheat.FLIP_TOKEN:
             flipped = flip_tokens(result.tokens, 0, spec.max_tokens // 2, self.pair.target.vocab_size)
             result = DecodeResult(flipped, result.stats)

@@ -218,6 +218,7 @@ class TargetNode:
                 cheat=cfg.cheat,
                 max_jobs=cfg.max_jobs,
                 plain_pass_s=self.plain_pass_s,
+                batch_rows=cfg.batch_rows,
             )
             host.set_stream_handler(GENERATE_PROTOCOL_ID, self.handle_generate)
             nursery.start_soon(point.watch, drafting.on_registration, drafting.on_gone)
@@ -228,6 +229,8 @@ class TargetNode:
             task_status.started({"multiaddrs": self.addrs, "http": url})
 
     def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
         self.ledger.close()
         if self.operator is not None:
             self.operator.close()

@@ -176,7 +176,7 @@ class LeanLM:
             raise ValueError(f"cannot copy {n} of {len(self._tokens)} cached positions")
         other = self.fork()
         if n:
-            other._reserve(n)
+            other.reserve(n)
             for mine, theirs in ((self._keys, other._keys), (self._values, other._values)):
                 for source, target in zip(mine, theirs, strict=True):
                     target[:, :n] = source[:, :n]  # [KV, n, hd]
@@ -189,7 +189,8 @@ class LeanLM:
         if n:
             del self._tokens[-n:]  # the cache rows past len(self._tokens) are overwritten next
 
-    def _reserve(self, length: int) -> None:
+    def reserve(self, length: int) -> None:
+        """Room in the cache for ``length`` positions in all (it grows by doubling)."""
         capacity = self._keys[0].shape[1]
         if length <= capacity:
             return
@@ -206,11 +207,15 @@ class LeanLM:
         start, stop = len(self._tokens), len(self._tokens) + len(tokens)
         if stop > self.max_positions:
             raise ContextTooLong(f"{self.name}: {stop} positions exceed the context window of {self.max_positions}")
-        self._reserve(stop)
+        self.reserve(stop)
         with torch.inference_mode():
             logits = self._forward(torch.tensor(list(tokens), dtype=torch.long), start, stop)
-        self._tokens.extend(int(t) for t in tokens)
+        self.record(tokens)
         return logits.numpy()
+
+    def record(self, tokens: Sequence[int]) -> None:
+        """``tokens`` now occupy the cache's next positions (their keys and values are written)."""
+        self._tokens.extend(int(t) for t in tokens)
 
     def _forward(self, ids: torch.Tensor, start: int, stop: int) -> torch.Tensor:  # ids [M] -> [M, V]
         w = self.weights
@@ -218,19 +223,30 @@ class LeanLM:
         cos, sin = w.rotary(start, stop)
         scratch = torch.empty(stop)  # the attention weights of one query row
         for i, layer in enumerate(w.layers):
-            hidden = hidden + self._attention(i, layer, layer.input_norm(hidden), cos, sin, start, scratch)
-            gate_up = layer.gate_up(layer.post_norm(hidden)).contiguous()  # [M, 2 I]: gate then up
-            gated = hidden.new_empty(hidden.shape[0], layer.intermediate)
-            self._lib.skinny_silu_mul(gate_up.data_ptr(), gated.data_ptr(), hidden.shape[0], layer.intermediate)
-            hidden = hidden + layer.down(gated)
+            qkv = self.qkv(layer, layer.input_norm(hidden))
+            hidden = hidden + layer.o(self.attend(i, qkv, cos, sin, start, scratch))
+            hidden = hidden + self.mlp(layer, hidden)
         return w.head(w.norm(hidden)).float()
 
-    def _attention(self, i, layer, x, cos, sin, start, scratch) -> torch.Tensor:  # x [M, d] -> [M, d]
-        w, rows, lib = self.weights, x.shape[0], self._lib
-        q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
-        qkv = layer.qkv(x).contiguous()  # [M, q_size + 2 kv_size]
+    @staticmethod
+    def qkv(layer, x: torch.Tensor) -> torch.Tensor:  # x [M, d] -> [M, q_size + 2 kv_size]
+        """The fused q, k, v product, with Qwen2's biases: row by row, so the pass width changes nothing."""
+        qkv = layer.qkv(x).contiguous()
         if layer.qkv_bias is not None:
-            qkv += layer.qkv_bias  # elementwise, row by row: the pass width changes nothing
+            qkv += layer.qkv_bias  # elementwise
+        return qkv
+
+    def mlp(self, layer, hidden: torch.Tensor) -> torch.Tensor:  # [M, d] -> [M, d]
+        gate_up = layer.gate_up(layer.post_norm(hidden)).contiguous()  # [M, 2 I]: gate then up
+        gated = hidden.new_empty(hidden.shape[0], layer.intermediate)
+        self._lib.skinny_silu_mul(gate_up.data_ptr(), gated.data_ptr(), hidden.shape[0], layer.intermediate)
+        return layer.down(gated)
+
+    def attend(self, i, qkv, cos, sin, start, scratch) -> torch.Tensor:  # qkv [M, q + 2 kv] -> [M, q_size]
+        """Layer ``i``'s attention of this job's rows (``qkv``, positions start ..): RoPE, the rows'
+        keys and values into this cache, and each query row against the cache up to itself."""
+        w, rows, lib = self.weights, qkv.shape[0], self._lib
+        q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
         # RoPE on q and k at once, in place; bit-identical to x·cos + rotate_half(x)·sin
         lib.skinny_rope(
             qkv.data_ptr(), qkv.stride(0), rows, w.heads + w.kv_heads, w.head_dim, cos.data_ptr(), sin.data_ptr()
@@ -239,12 +255,12 @@ class LeanLM:
         k, v = qkv[:, q_size:].split(kv_size, dim=-1)
         keys[:, start : start + rows] = k.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
         values[:, start : start + rows] = v.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
-        out = x.new_empty(rows, q_size)
+        out = qkv.new_empty(rows, q_size)
         lib.skinny_attention(
             qkv.data_ptr(), qkv.stride(0), keys.data_ptr(), values.data_ptr(), keys.shape[1], out.data_ptr(),
             rows, start, w.heads, w.kv_heads, w.head_dim, w.scale, scratch.data_ptr(),
         )  # fmt: skip
-        return layer.o(out)
+        return out
 
 
 class LeanLlamaLM(LeanLM):
