@@ -39,11 +39,17 @@ async def _all(engine: Engine, requests: list[CompletionRequest]) -> list[tuple[
     return out
 
 
-def test_concurrent_jobs_share_passes_and_each_answer_is_its_own(qwen):
+@pytest.fixture(scope="module")
+def expected(qwen) -> list[tuple[int, ...]]:
+    """Each request's answer alone (batching off)."""
     alone = Engine(qwen, model_name="q", gamma=4, batch_rows=0, plain_pass_s=0.25)
-    expected = [trio.run(_all, alone, [r])[0] for r in REQUESTS]
-    shared = Engine(qwen, model_name="q", gamma=4, batch_rows=32, plain_pass_s=0.25)
-    assert shared.batcher is not None and alone.batcher is None
+    assert alone.batcher is None
+    return [trio.run(_all, alone, [r])[0] for r in REQUESTS]
+
+
+def test_concurrent_jobs_share_passes_and_each_answer_is_its_own(qwen, expected):
+    shared = Engine(qwen, model_name="q", gamma=4, batch_rows=32, batch_workers=1, plain_pass_s=0.25)
+    assert shared.batcher is not None
     got = trio.run(_all, shared, REQUESTS)
     assert got == expected, "a shared pass changed an answer"
     solo_passes = sum(r.max_tokens for r in REQUESTS)  # plain decoding: one pass per token
@@ -56,7 +62,7 @@ def test_a_request_that_breaks_a_shared_pass_fails_alone(qwen):
     fails) gets its error; the other jobs of that pass get their own logits, bit for bit."""
     prompts = [[9707, 11, 1879], [872, 525, 264, 3974], [40, 1079, 13]]
     expected = [qwen.target.fork().extend(p) for p in prompts]
-    batcher = PassBatcher(max_rows=64)
+    batcher = PassBatcher(max_rows=64, workers=2)  # the broken job's pass may be shared or not: both hold
     jobs = [qwen.target.fork() for _ in prompts]
 
     def broken(*args, **kwargs):
@@ -84,6 +90,14 @@ def test_a_request_that_breaks_a_shared_pass_fails_alone(qwen):
         assert np.array_equal(results[i], expected[i]), f"job {i} was failed or changed by job 1's broken pass"
         assert list(jobs[i].cached()) == prompts[i]
     assert list(jobs[1].cached()) == []
+
+
+def test_passes_on_several_cores_run_side_by_side_and_each_answer_is_its_own(qwen, expected):
+    """Two batcher threads (one per core): jobs that ran their passes side by side before batching
+    still do; every answer is still the answer alone."""
+    two = Engine(qwen, model_name="q", gamma=4, batch_rows=32, batch_workers=2, plain_pass_s=0.25)
+    assert trio.run(_all, two, REQUESTS) == expected
+    two.close()
 
 
 def test_a_request_that_cannot_run_is_refused_before_it_joins_a_pass(qwen):

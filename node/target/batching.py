@@ -1,11 +1,11 @@
 """Batched verification: the target's passes of every job that waits for one run as one pass.
 
 Each job decodes in its own worker thread (node.target.engine). Its target cache is a ``BatchedLM``:
-``extend`` hands the job's rows to the engine's ``PassBatcher`` and waits. The batcher's thread
-takes every request queued when a pass ends, up to ``max_rows`` rows in all (first come, first
-served; a request wider than the cap runs alone), scores them in one pass
-(node.model.kernels.batch.extend_batch: bit for bit each job's own logits on the shape-invariant
-served kernel) and wakes each job with its rows. Nothing waits to fill a pass: a job whose drafts
+``extend`` hands the job's rows to the engine's ``PassBatcher`` and waits. A batcher thread (one
+per core the process may use) takes every request queued when it is free, up to ``max_rows`` rows
+in all (first come, first served; a request wider than the cap runs alone), scores them in one
+pass (node.model.kernels.batch.extend_batch: bit for bit each job's own logits on the
+shape-invariant served kernel) and wakes each job with its rows. Nothing waits to fill a pass: a job whose drafts
 are late is simply not queued yet, and joins the next pass; a plain job shares passes like any
 other. A job never waits for more than the pass in flight plus the passes ahead of it in the queue
 (one, while the queued rows fit the cap).
@@ -18,6 +18,7 @@ getting its own result or its own error.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -43,7 +44,7 @@ class _Request:
 class PassBatcher:
     """Runs the target's passes for every job, sharing each pass among the jobs that wait for one."""
 
-    def __init__(self, max_rows: int = DEFAULT_BATCH_ROWS) -> None:
+    def __init__(self, max_rows: int = DEFAULT_BATCH_ROWS, workers: int | None = None) -> None:
         if max_rows < 1:
             raise ValueError(f"a pass needs room for at least one row, got {max_rows}")
         self.max_rows = max_rows
@@ -53,8 +54,11 @@ class PassBatcher:
         self.passes = 0  # shared passes run
         self.rows = 0  # rows they scored
         self.jobs_per_pass: list[int] = []  # the newest passes' job counts (bounded)
-        self._thread = threading.Thread(target=self._run, name="pass-batcher", daemon=True)
-        self._thread.start()
+        # one pass at a time per core this process may use: jobs that ran their passes side by side on
+        # several cores before batching still do (each of those passes shared among the jobs queued)
+        count = workers or len(os.sched_getaffinity(0))
+        for i in range(count):
+            threading.Thread(target=self._run, name=f"pass-batcher-{i}", daemon=True).start()
 
     def extend(self, model, tokens: Sequence[int]) -> np.ndarray:  # -> [len(tokens), V]
         """``model.extend(tokens)``, in the next shared pass (blocks the calling job's thread)."""
@@ -74,7 +78,7 @@ class PassBatcher:
     def close(self) -> None:
         with self._ready:
             self._closed = True
-            self._ready.notify()
+            self._ready.notify_all()
 
     def _take(self) -> list[_Request] | None:
         """The requests of the next pass (FIFO, up to max_rows rows; at least one); None once closed."""
@@ -108,9 +112,10 @@ class PassBatcher:
         else:
             for request, logits in zip(batch, results, strict=True):
                 request.logits = logits
-            self.passes += 1
-            self.rows += sum(len(r.tokens) for r in batch)
-            self.jobs_per_pass = [*self.jobs_per_pass[-255:], len(batch)]
+            with self._ready:  # counted under the lock: several workers finish passes
+                self.passes += 1
+                self.rows += sum(len(r.tokens) for r in batch)
+                self.jobs_per_pass = [*self.jobs_per_pass[-255:], len(batch)]
         for request in batch:
             request.done.set()
 

@@ -290,6 +290,7 @@ class Engine:
         max_jobs: int = DEFAULT_MAX_JOBS,
         plain_pass_s: float | None = None,
         batch_rows: int = DEFAULT_BATCH_ROWS,
+        batch_workers: int | None = None,  # passes at once (None: one per core the process may use)
     ):
         if not 1 <= gamma <= MAX_GAMMA:
             raise InvalidParams(f"gamma must be in [1, {MAX_GAMMA}], got {gamma}")
@@ -310,7 +311,7 @@ class Engine:
         self.prefixes = PrefixCache(pair.target)  # node.model.prefix_cache: only where the forward is shape-invariant
         # batched verification (node.target.batching): only where a shared pass keeps every job's bits
         shared = batch_rows > 0 and getattr(pair.target, "shape_invariant", False)
-        self.batcher = PassBatcher(batch_rows) if shared else None
+        self.batcher = PassBatcher(batch_rows, batch_workers) if shared else None
 
     def close(self) -> None:
         """Stop the pass batcher once the passes queued now have run; a later pass is refused."""
