@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from eth_account import Account
 
+from market.ledger import Pay
 from node.chain import ChainError
 from node.chain.deployment import (
     DEFAULT_DRAFTER_PRICE_WEI,
@@ -66,10 +67,8 @@ class Paymaster:
         self.vouchers_signed += 1
         return signed.dumps()
 
-    def pay(self, payees: Mapping[str, str]):
+    def pay(self, payees: Mapping[str, str]) -> Pay:
         """The ledger's ``Pay`` for one job (market.ledger)."""
-        from market.ledger import Pay
-
         return Pay(self.tag, self.cfg.price_wei, dict(payees), self.sign)
 
     def refresh(self) -> EscrowState:

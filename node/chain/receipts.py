@@ -94,9 +94,10 @@ def _check_tokens(tokens: Any, name: str) -> tuple[int, ...]:
     return tuple(tokens)
 
 
-def _check_uint(value: Any, bound: int, name: str) -> int:
+def check_uint(value: Any, bound: int, name: str, error: type[ReceiptError] = ReceiptError) -> int:
+    """``value`` if it is an integer in [0, bound]; ``error`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound:
-        raise ReceiptError(f"{name} must be an integer in [0, {bound}], got {value!r}")
+        raise error(f"{name} must be an integer in [0, {bound}], got {value!r:.80}")
     return value
 
 
@@ -113,9 +114,9 @@ class RequestSpec:
 
     def __post_init__(self) -> None:
         _check_tokens(self.prompt, "prompt")
-        _check_uint(self.seed, MAX_SEED, "seed")
+        check_uint(self.seed, MAX_SEED, "seed")
         for name in ("temperature_micros", "top_k", "top_p_micros", "max_tokens"):
-            _check_uint(getattr(self, name), MAX_U32, name)
+            check_uint(getattr(self, name), MAX_U32, name)
 
     @classmethod
     def build(cls, prompt: Sequence[int], params: SamplingParams, seed: int, max_tokens: int) -> RequestSpec:
@@ -260,12 +261,22 @@ def check_canonical(signature: bytes) -> None:
         raise ReceiptError(f"the signature's v must be 27 or 28, got {v}")
 
 
-def recover_receipt_signer(domain: Domain, receipt: Receipt, signature: bytes) -> str:
-    check_canonical(signature)
+def recover_signer(
+    domain: Domain, types: dict, message: dict[str, Any], signature: bytes, error: type[ReceiptError] = ReceiptError
+) -> str:
+    """The address that signed the typed data (canonical low-s signatures only, as the contracts
+    require); ``error`` for a signature that is not canonical or names no key."""
     try:
-        return account_module().recover_message(receipt_signable(domain, receipt), signature=signature)
+        check_canonical(signature)
+        return account_module().recover_message(typed_signable(domain, types, message), signature=signature)
+    except ReceiptError as exc:
+        raise error(str(exc)) from None
     except (ValueError, TypeError, BadSignature) as exc:  # BadSignature: r, s name no point (e.g. zero)
-        raise ReceiptError(f"unrecoverable receipt signature: {exc}") from exc
+        raise error(f"unrecoverable signature: {exc}") from exc
+
+
+def recover_receipt_signer(domain: Domain, receipt: Receipt, signature: bytes) -> str:
+    return recover_signer(domain, RECEIPT_TYPES, receipt.message(), signature)
 
 
 def _hex32(value: Any, name: str) -> bytes:
@@ -277,11 +288,12 @@ def _hex32(value: Any, name: str) -> bytes:
         raise ReceiptError(f"{name} is not hex: {exc}") from exc
 
 
-def _address(value: Any, name: str) -> str:
+def check_address(value: Any, name: str, error: type[ReceiptError] = ReceiptError) -> str:
+    """``value`` as a checksummed address; ``error`` if it is none."""
     try:
         return to_checksum_address(value)
     except (ValueError, TypeError) as exc:
-        raise ReceiptError(f"{name} is not an address: {value!r}") from exc
+        raise error(f"{name} is not an address: {value!r:.80}") from exc
 
 
 @dataclass(frozen=True)
@@ -337,17 +349,19 @@ class SignedReceipt:
             if not isinstance(sig, str) or not sig.startswith("0x") or len(sig) != 2 + 2 * SIGNATURE_BYTES:
                 raise ReceiptError(f"signature must be 0x + {SIGNATURE_BYTES} bytes of hex")
             receipt = Receipt(
-                operator=_address(r["operator"], "receipt.operator"),
+                operator=check_address(r["operator"], "receipt.operator"),
                 model_hash=_hex32(r["model_hash"], "receipt.model_hash"),
                 request_hash=_hex32(r["request_hash"], "receipt.request_hash"),
                 output_hash=_hex32(r["output_hash"], "receipt.output_hash"),
-                token_count=_check_uint(r["token_count"], MAX_U32, "receipt.token_count"),
-                issued_at=_check_uint(r["issued_at"], MAX_U64, "receipt.issued_at"),
-                store_nonce=_check_uint(r["store_nonce"], MAX_U64, "receipt.store_nonce"),
+                token_count=check_uint(r["token_count"], MAX_U32, "receipt.token_count"),
+                issued_at=check_uint(r["issued_at"], MAX_U64, "receipt.issued_at"),
+                store_nonce=check_uint(r["store_nonce"], MAX_U64, "receipt.store_nonce"),
             )
             fields = ("seed", "temperature_micros", "top_k", "top_p_micros", "max_tokens")
             request = RequestSpec(_check_tokens(q["prompt"], "request.prompt"), *(q[f] for f in fields))
-            domain = Domain(_check_uint(data["chain_id"], MAX_U64, "chain_id"), _address(data["contract"], "contract"))
+            domain = Domain(
+                check_uint(data["chain_id"], MAX_U64, "chain_id"), check_address(data["contract"], "contract")
+            )
             return cls(domain, receipt, bytes.fromhex(sig[2:]), request, _check_tokens(data["output"], "output"))
         except (KeyError, AttributeError, TypeError, ValueError) as exc:  # ReceiptError passes through
             raise ReceiptError(f"malformed receipt: {exc!r}") from exc

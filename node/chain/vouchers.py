@@ -17,7 +17,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from eth_keys.exceptions import BadSignature
 from eth_utils import to_checksum_address
 
 from node.chain.receipts import (
@@ -26,7 +25,9 @@ from node.chain.receipts import (
     Domain,
     ReceiptError,
     account_module,
-    check_canonical,
+    check_address,
+    check_uint,
+    recover_signer,
     typed_signable,
 )
 
@@ -85,15 +86,7 @@ class SignedVoucher:
 
     def signer(self) -> str:
         """The address that signed it (canonical low-s signatures only, as the contract requires)."""
-        try:
-            check_canonical(self.signature)
-        except ReceiptError as exc:
-            raise VoucherError(str(exc)) from None
-        try:
-            signable = typed_signable(self.domain, VOUCHER_TYPES, self.voucher.message())
-            return account_module().recover_message(signable, signature=self.signature)
-        except (ValueError, TypeError, BadSignature) as exc:
-            raise VoucherError(f"unrecoverable voucher signature: {exc}") from exc
+        return recover_signer(self.domain, VOUCHER_TYPES, self.voucher.message(), self.signature, VoucherError)
 
     def check(self) -> None:
         """Raise VoucherError unless the voucher's operator signed it."""
@@ -139,12 +132,13 @@ class SignedVoucher:
             if not isinstance(wei, str) or not wei.isdigit() or not 0 < int(wei) <= MAX_U256:
                 raise VoucherError(f"cumulative_wei must be a decimal string in (0, 2**256), got {wei!r:.80}")
             voucher = Voucher(
-                _address(data["operator"], "operator"),
-                _address(data["drafter"], "drafter"),
+                check_address(data["operator"], "operator", VoucherError),
+                check_address(data["drafter"], "drafter", VoucherError),
                 int(wei),
-                _uint(data["issued_at"], MAX_U64, "issued_at"),
+                check_uint(data["issued_at"], MAX_U64, "issued_at", VoucherError),
             )
-            domain = escrow_domain(_uint(data["chain_id"], MAX_U64, "chain_id"), _address(data["escrow"], "escrow"))
+            chain_id = check_uint(data["chain_id"], MAX_U64, "chain_id", VoucherError)
+            domain = escrow_domain(chain_id, check_address(data["escrow"], "escrow", VoucherError))
             return cls(domain, voucher, bytes.fromhex(sig[2:]))
         except (KeyError, AttributeError, TypeError, ValueError) as exc:  # VoucherError passes through
             raise VoucherError(f"malformed voucher: {exc!r}") from exc
@@ -154,16 +148,3 @@ def sign_voucher(private_key: bytes | str, domain: Domain, voucher: Voucher) -> 
     """Sign ``voucher`` (eth-account signs deterministically, RFC 6979, with low s)."""
     signable = typed_signable(domain, VOUCHER_TYPES, voucher.message())
     return SignedVoucher(domain, voucher, bytes(account_module().sign_message(signable, private_key).signature))
-
-
-def _address(value: Any, name: str) -> str:
-    try:
-        return to_checksum_address(value)
-    except (ValueError, TypeError) as exc:
-        raise VoucherError(f"{name} is not an address: {value!r:.80}") from exc
-
-
-def _uint(value: Any, bound: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= bound:
-        raise VoucherError(f"{name} must be an integer in [0, {bound}], got {value!r:.80}")
-    return value

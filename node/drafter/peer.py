@@ -97,6 +97,14 @@ def _log_end(fs: FrameStream, session: DraftSession | None, exc: StreamEnded) ->
         )
 
 
+async def _refuse(fs: FrameStream, reason: str) -> None:
+    """Say why in an ``error`` frame: a refusal, not a failure (the target does not bench for it).
+    Full, it is sent without reading the target's ``open``; unpaid, after it."""
+    log.warning("refusing a session from %s: %s", fs.peer_id, reason)
+    with contextlib.suppress(StreamFailed, InvalidMessage):
+        await fs.send(Error(reason), REFUSE_SEND_TIMEOUT_S)
+
+
 class DrafterNode:
     def __init__(self, cfg: DrafterConfig) -> None:
         self.cfg = cfg
@@ -276,7 +284,8 @@ class DrafterNode:
     async def handle_stream(self, stream: INetStream) -> None:
         fs = FrameStream(stream, vocab_size=self.model.vocab_size, allowed=TO_DRAFTER)
         if self.sessions >= self.max_sessions:
-            await self._refuse(fs)
+            await _refuse(fs, f"busy: {self.sessions} sessions open (at most {self.max_sessions})")
+            await fs.close()
             return
         self.sessions += 1
         session: DraftSession | None = None
@@ -285,10 +294,8 @@ class DrafterNode:
             await self._serve_session(fs, session)
         except StreamEnded as exc:
             _log_end(fs, session, exc)
-        except Refused as exc:
-            log.warning("refusing a session from %s: %s", fs.peer_id, exc)
-            with contextlib.suppress(StreamFailed, InvalidMessage):
-                await fs.send(Error(str(exc)), REFUSE_SEND_TIMEOUT_S)
+        except Refused as exc:  # unpaid: the stream closes below
+            await _refuse(fs, str(exc))
         except (InvalidMessage, ProtocolViolation, InvalidParams) as exc:
             log.warning("%sdropping the stream from %s: %s", _job(session), fs.peer_id, exc)
         except StreamFailed as exc:
@@ -303,15 +310,6 @@ class DrafterNode:
             await fs.close()
             if session is not None and hasattr(session.proposer, "model"):
                 self.prefixes.keep(session.proposer.model, len(session.context) - session.k)
-
-    async def _refuse(self, fs: FrameStream) -> None:
-        """Full: say so in an ``error`` frame (a refusal, not a failure: the target does not bench for
-        it) and close, without reading the target's ``open``."""
-        reason = f"busy: {self.sessions} sessions open (at most {self.max_sessions})"
-        log.warning("refusing a session from %s: %s", fs.peer_id, reason)
-        with contextlib.suppress(StreamFailed, InvalidMessage):
-            await fs.send(Error(reason), REFUSE_SEND_TIMEOUT_S)
-        await fs.close()
 
     async def find_target(self) -> PeerInfo | None:
         """Where the target listens now, from its HTTP API's /health (``--target-http``): those of

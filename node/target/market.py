@@ -214,19 +214,13 @@ class MarketDrafting:
         else:
             pay = self.paymaster.pay({s.peer_id: s.payout for s in sessions if s.payout is not None})
             vouchers = await trio.to_thread.run_sync(self.ledger.credit_and_pay, job_id, credits, pay)
-            if vouchers:  # what the escrow holds now, for /health (a chain read: never on the trio loop)
-                self.background_refresh()
+            if vouchers and self.background is not None:  # the escrow now, for /health: a chain read, off the loop
+                self.background.start_soon(_refresh_escrow, self.paymaster)
         if vouchers is None:  # credited before: nothing new to mirror or send
             return {}
         for peer, (accepted, _) in credits.items():
             self.credited[peer] = self.credited.get(peer, 0) + accepted
         return vouchers
-
-    def background_refresh(self) -> None:
-        """Re-read the escrow in a worker thread, off the job's path (a failed read is only logged)."""
-        if self.paymaster is None or self.background is None:
-            return
-        self.background.start_soon(_refresh_escrow, self.paymaster)
 
 
 async def _refresh_escrow(paymaster: Paymaster) -> None:
