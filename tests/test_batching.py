@@ -4,6 +4,9 @@ is alone, and one request that breaks a shared pass fails alone."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import trio
@@ -109,3 +112,74 @@ def test_a_request_that_cannot_run_is_refused_before_it_joins_a_pass(qwen):
         batcher.extend(job, [1] * (job.max_positions + 1))
     assert batcher.passes == 0 and list(job.cached()) == []
     batcher.close()
+
+
+def test_a_job_never_waits_more_than_one_pass_for_a_slot():
+    """Six queued verification passes of 13 rows (a tree each) against a cap of 32: the first pass
+    takes two; the second takes the four it left behind, past the cap, and leaves behind only a
+    request that arrived after the first pass, which the third takes."""
+    from node.target.batching import PassRequest
+
+    batcher = PassBatcher(max_rows=32, start=False)
+    queued = [PassRequest(None, [1] * 13, None) for _ in range(6)]
+    for request in queued:
+        batcher._enqueue(request)
+    assert [id(r) for r in batcher._take()] == [id(r) for r in queued[:2]]
+    late = PassRequest(None, [1] * 5, None)
+    batcher._enqueue(late)
+    assert [id(r) for r in batcher._take()] == [id(r) for r in queued[2:]]
+    assert [id(r) for r in batcher._take()] == [id(late)]
+    wide = PassRequest(None, [1] * 40, None)  # a prefill wider than the cap runs alone, not never
+    batcher._enqueue(wide)
+    assert [id(r) for r in batcher._take()] == [id(wide)]
+
+
+class _Late:
+    """A proposer whose drafts are late once: it answers only after the batcher ran ``passes`` more
+    passes (the other job's), or after ``limit_s`` if the batch waits for it."""
+
+    name = "late"
+
+    def __init__(self, inner, batcher: PassBatcher, passes: int, limit_s: float = 60.0) -> None:
+        self.inner, self.batcher, self.passes, self.limit_s = inner, batcher, passes, limit_s
+        self.passes_while_late: int | None = None
+
+    def propose(self, context, **kwargs):
+        if self.passes_while_late is None and kwargs["start"] >= 2:
+            before, give_up = self.batcher.passes, time.monotonic() + self.limit_s
+            while self.batcher.passes - before < self.passes and time.monotonic() < give_up:
+                time.sleep(0.01)
+            self.passes_while_late = self.batcher.passes - before
+        return self.inner.propose(context, **kwargs)
+
+    def finish(self, context) -> dict[str, int]:
+        return {}
+
+    def timing(self) -> dict[str, float]:
+        return {}
+
+
+def test_a_late_drafter_holds_no_batch_and_a_plain_job_shares_passes(qwen, expected):
+    """Job 1 decodes plain, job 0 with a draft that is late once, until three more passes ran (of
+    job 1: if the batch waited for the late drafts, none would run and the drafts would come after a
+    minute); the two jobs share passes, and both answers are each job's answer alone."""
+    from contextlib import asynccontextmanager
+
+    from verifier.proposers import LocalDraftProposer
+
+    engine = Engine(qwen, model_name="q", gamma=4, batch_rows=32, batch_workers=1, plain_pass_s=0.25)
+    slow = _Late(LocalDraftProposer(qwen.draft.fork()), engine.batcher, passes=3)
+
+    class Backend:
+        @asynccontextmanager
+        async def job(self, job_id, params, seed, gamma):
+            yield slow if params.temperature == 0.8 else None  # REQUESTS[1] drafts; the others decode plain
+
+    engine.drafting = Backend()
+    requests = [REQUESTS[1], replace(REQUESTS[0], max_tokens=20)]
+    alone = Engine(qwen, model_name="q", gamma=4, batch_rows=0, plain_pass_s=0.25)
+    long_plain = trio.run(_all, alone, requests[1:])[0]
+    assert trio.run(_all, engine, requests) == [expected[1], long_plain]
+    assert slow.passes_while_late >= 3, "a job waiting for its drafts held the other job's passes"
+    assert max(engine.batcher.jobs_per_pass) == 2, "the plain job never shared a pass with the speculative one"
+    engine.close()

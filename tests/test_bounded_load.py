@@ -23,7 +23,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import pytest
@@ -64,8 +64,8 @@ class Target:
 
 
 @contextlib.contextmanager
-def serving(portal, pair, tmp, **config) -> Iterator[Target]:
-    cfg = TargetConfig(pair="tiny", http="127.0.0.1:0", data_dir=tmp, max_jobs=MAX_JOBS, **LIMITS, **config)
+def serving(portal, pair, tmp, pair_name: str = "tiny", **config) -> Iterator[Target]:
+    cfg = TargetConfig(pair=pair_name, http="127.0.0.1:0", data_dir=tmp, max_jobs=MAX_JOBS, **LIMITS, **config)
     node = TargetNode(cfg, pair)
     info, stop = portal.start(node.run)
     try:
@@ -79,6 +79,21 @@ def serving(portal, pair, tmp, **config) -> Iterator[Target]:
 def target(portal, pair, tmp_path_factory) -> Iterator[Target]:
     with serving(portal, pair, tmp_path_factory.mktemp("load"), max_drafters=0) as target:
         yield target
+
+
+@pytest.fixture(scope="module")
+def batched(portal, real_pair, tmp_path_factory):
+    """A target whose jobs share their passes (batched verification): SmolLM2-135M on the lean
+    forward with every pass on the skinny kernel (shape-invariant, as the packed qwen2.5-coder target
+    runs; the tiny pair's GPT-2 target has no lean forward). Its pair, and the target."""
+    from node.model.kernels import library
+    from node.model.kernels.llama import LeanLlamaLM
+
+    lean = LeanLlamaLM(real_pair.target.model, real_pair.target.name, library(), shape_invariant=True)
+    pair = replace(real_pair, target=lean)
+    with serving(portal, pair, tmp_path_factory.mktemp("batched"), "smollm2", max_drafters=0) as target:
+        assert target.node.engine.batcher is not None
+        yield pair, target
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +199,19 @@ async def _generate(host, multiaddr: str, seed: int, vocab: int) -> Done | Error
 
 
 def test_stalled_clients_are_dropped_and_normal_traffic_is_served(portal, attacker, target, pair):
+    stalled_clients_and_normal_traffic(portal, attacker, target, pair)
+
+
+@pytest.mark.slow(seconds=60)
+def test_with_batching_on_stalled_clients_are_dropped_and_normal_traffic_is_served(portal, attacker, batched):
+    """The same load with the jobs sharing their passes: stalled streams hold their batch slots only
+    until the write deadline, and every answer is still the answer alone."""
+    pair, target = batched
+    stalled_clients_and_normal_traffic(portal, attacker, target, pair)
+    assert target.node.engine.batcher.shared > 0, "no pass was shared"
+
+
+def stalled_clients_and_normal_traffic(portal, attacker, target: Target, pair) -> None:
     counters, vocab = target.node.engine.counters, pair.target.vocab_size
     expected = {seed: reference(pair, seed) for seed in range(NORMAL + 1)}
     assert complete(target.http, 0)[0] == 200  # warm: whatever the node opens lazily is open

@@ -167,3 +167,16 @@ def test_redeem_with_a_wallet_that_names_no_voucher_says_so(own_chain, tmp_path)
     key_file.write_text("0x" + "11" * 32 + "\n")
     done = cli("drafter", "redeem", "--rpc", own_chain.rpc, "--key-file", str(key_file), "--data-dir", str(tmp_path))
     assert done.returncode == 0 and "nothing to redeem" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "args,reason",
+    [
+        (["target", "--tree-nodes", "99", "--data-dir", "/nonexistent"], "--tree-nodes must be in [0, 32]"),
+        (["target", "--batch-rows", "-1", "--data-dir", "/nonexistent"], "--batch-rows must be in [0, 512]"),
+        (["bench-trees", "--gamma", "17"], "--gamma at most 16"),
+        (["bench-serve", "--clients", "1", "65"], "--clients at most 64"),
+    ],
+)
+def test_bad_serving_options_exit_2_with_one_line(args, reason):
+    assert_one_line(cli(*args), 2, reason)

@@ -15,7 +15,16 @@ from verifier.errors import InvalidParams, SpecmarketError
 from verifier.model import LanguageModel, score
 from verifier.params import SamplingParams
 from verifier.proposal import DEFAULT_GAMMA, EMPTY, MAX_GAMMA, Proposal, validate_proposal
-from verifier.verify import Rule, sample_token, verify
+from verifier.tree import (
+    MAX_TREE_NODES,
+    DraftTree,
+    keep_accepted,
+    score_tree,
+    supports_trees,
+    validate_tree,
+    verify_tree,
+)
+from verifier.verify import Rule, Verdict, sample_token, verify
 
 log = logging.getLogger(__name__)
 
@@ -123,17 +132,37 @@ def decode_plain(
     return DecodeResult(tuple(out), stats)
 
 
-def _propose(proposer: Proposer, context, k: int, gamma: int, params, seed, rule: Rule, vocab: int, stats) -> Proposal:
+def _propose(proposer: Proposer, context, k: int, gamma: int, params, seed, rule: Rule, target, stats) -> object:
+    """The round's draft, checked: a Proposal, or a DraftTree where the target scores trees under
+    Rule.GUMBEL (elsewhere a tree's first branch stands in for it)."""
     if gamma == 0:
         return EMPTY
+    vocab = target.vocab_size
     try:
         raw = proposer.propose(context, start=k, gamma=gamma, params=params, seed=seed)
+        if isinstance(raw, DraftTree):
+            if rule is Rule.GUMBEL and supports_trees(target):
+                return validate_tree(raw, gamma=gamma, vocab_size=vocab, max_nodes=MAX_TREE_NODES)
+            raw = raw.first_branch()  # (LEVIATHAN has no exact tree rule here: SpecInfer's multi-step one)
         return validate_proposal(raw, gamma=gamma, vocab_size=vocab, need_probs=rule is Rule.LEVIATHAN)
     except SpecmarketError as exc:  # a bad or failed proposal costs speed, never correctness
         stats.invalid_proposals += 1
         level = logging.WARNING if stats.invalid_proposals == 1 else logging.DEBUG  # don't flood the log
         log.log(level, "proposer %s: proposal rejected at k=%d: %s (decoding this round alone)", proposer.name, k, exc)
         return EMPTY
+
+
+def _verify_round(target, context, draft: Proposal | DraftTree, params, seed, k: int, rule: Rule):  # -> (Verdict, int)
+    """One target pass over the round's draft (a chain, or a tree: verifier.tree) and its verdict;
+    and the positions the pass scored."""
+    if isinstance(draft, DraftTree):
+        logits, positions, lead = score_tree(target, context, draft)  # [n+1, V]
+        tree_verdict = verify_tree(logits, draft, params=params, seed=seed, start=k)
+        keep_accepted(target, lead, tree_verdict.path)
+        return Verdict(tree_verdict.tokens, tree_verdict.n_accepted), positions
+    logits, positions = score(target, context, draft.tokens)  # [γ'+1, V]
+    verdict = verify(logits, draft.tokens, params=params, seed=seed, start=k, rule=rule, draft_probs=draft.probs)
+    return verdict, positions
 
 
 def decode_speculative(
@@ -149,15 +178,15 @@ def decode_speculative(
     stop_token: int | None = None,
     on_token: TokenCallback | None = None,
 ) -> DecodeResult:
-    """Speculative decoding: each round drafts γ tokens and verifies them in one target pass."""
+    """Speculative decoding: each round drafts γ tokens (or a tree of drafts, each branch up to γ
+    deep) and verifies them in one target pass."""
     _check_args(prompt, max_new_tokens, gamma)
     stats, out = DecodeStats(), []
     while len(out) < max_new_tokens:
         k, context = len(out), [*prompt, *out]
         round_gamma = min(gamma, max_new_tokens - k - 1)  # never emit past max_new_tokens
-        draft = _propose(proposer, context, k, round_gamma, params, seed, rule, target.vocab_size, stats)
-        logits, positions = score(target, context, draft.tokens)  # [γ'+1, V]
-        verdict = verify(logits, draft.tokens, params=params, seed=seed, start=k, rule=rule, draft_probs=draft.probs)
+        draft = _propose(proposer, context, k, round_gamma, params, seed, rule, target, stats)
+        verdict, positions = _verify_round(target, context, draft, params, seed, k, rule)
         stats.target_passes += 1
         stats.target_positions += positions
         stats.draft_tokens_proposed += len(draft.tokens)

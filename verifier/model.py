@@ -33,16 +33,19 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def score(model: LanguageModel, context: Sequence[int], extra: Sequence[int] = ()) -> tuple[np.ndarray, int]:
     """Logits after ``context`` and after each token of ``extra`` ([len(extra)+1, V]), and the
-    number of positions the model had to score for them (one forward pass).
+    number of positions the model had to score for them (one forward pass, after ``uncached``)."""
+    fresh = [*uncached(model, context), *extra]
+    logits = model.extend(fresh)
+    return logits[-(len(extra) + 1) :], len(fresh)
 
-    The cache is first rolled back to its longest prefix shared with ``context`` (this is where
-    rejected drafts leave the cache), keeping at least the last context token to re-score.
-    """
+
+def uncached(model: LanguageModel, context: Sequence[int]) -> list[int]:
+    """Roll ``model``'s cache back to its longest prefix shared with ``context`` (this is where
+    rejected drafts leave the cache), keeping at least the last context token to re-score; the
+    context tokens it must score next."""
     if not context:
         raise ValueError("score needs a non-empty context")
     cached = model.cached()
     keep = min(common_prefix(cached, context), len(context) - 1)
     model.rollback(len(cached) - keep)
-    fresh = [*context[keep:], *extra]
-    logits = model.extend(fresh)
-    return logits[-(len(extra) + 1) :], len(fresh)
+    return list(context[keep:])

@@ -138,7 +138,7 @@ class GarbageProposer:
         return self._garbage(gamma)
 
 
-PROPOSERS = ("honest", "random", "adversarial", "lying", "garbage")  # the built-in proposers, by name
+PROPOSERS = ("honest", "lookup", "random", "adversarial", "lying", "garbage")  # the built-in proposers, by name
 
 
 def build_proposer(
@@ -151,7 +151,8 @@ def build_proposer(
     ranker: LanguageModel | None = None,
 ) -> Proposer:
     """The built-in proposer ``name``: ``honest`` drafts with ``draft`` (a model with its own cache),
-    ``adversarial`` proposes the token ``ranker`` (default: ``draft``) ranks lowest, ``lying``
+    ``lookup`` drafts by prompt lookup (no model), ``adversarial`` proposes the token ``ranker``
+    (default: ``draft``) ranks lowest, ``lying``
     always proposes ``lying_token``, ``random`` draws from ``rng_seed``, ``garbage`` is malformed."""
     model = ranker if name == "adversarial" and ranker is not None else draft
     if name in ("honest", "adversarial") and model is None:
@@ -160,6 +161,10 @@ def build_proposer(
         return LocalDraftProposer(model)
     if name == "adversarial":
         return AdversarialProposer(model)
+    if name == "lookup":
+        from verifier.lookup import PromptLookupProposer
+
+        return PromptLookupProposer()
     if name == "random":
         return RandomProposer(vocab_size, rng_seed)
     if name == "lying":

@@ -22,7 +22,14 @@ from node.lab.config import (
 )
 from node.model.kernels import KERNELS
 from node.model.pairs import DEFAULT_PAIR
+from node.target.config import DEFAULT_BATCH_ROWS, MAX_BATCH_ROWS
 from node.training.config import PipelineConfig
+from verifier.errors import InvalidParams
+from verifier.params import MAX_TEMPERATURE
+from verifier.proposal import MAX_GAMMA
+from verifier.tree import DEFAULT_TREE_NODES, MAX_TREE_NODES
+
+MAX_SERVE_CLIENTS = 64  # bench-serve's clients at most (each a job of the engine at once)
 
 THEORY_ALPHAS = (0.5, 0.7, 0.8, 0.9)
 
@@ -226,6 +233,78 @@ def _cmd_bench_batch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_bench_trees(sub) -> None:
+    p = sub.add_parser(
+        "bench-trees",
+        help="trees of competing drafts (the 0.5B draft and prompt lookup, merged) against each drafter alone",
+        description=(
+            "On the qwen2.5-coder pair, the same prompts (code, then chat) and seed: plain decoding, the draft's "
+            "chain, prompt lookup's chain, and both merged into one tree per round, each verified in one pass "
+            "on the served kernel. Prints tokens per pass, ms per token and whether each output is plain "
+            "decoding's; writes JSON with --out."
+        ),
+    )
+    p.add_argument("--tokens", type=_positive, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("--gamma", type=_positive, default=4, help="draft tokens per branch (default 4)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    p.add_argument("--tree-nodes", type=_positive, default=DEFAULT_TREE_NODES, help="nodes a tree holds at most")
+    p.add_argument("--out", type=Path, help="folder for bench_trees.json (default: print only)")
+    p.set_defaults(func=_cmd_bench_trees)
+
+
+def _cmd_bench_trees(args: argparse.Namespace) -> int:
+    from node.lab.bench_trees import run_bench_trees
+
+    if not 0 <= args.temperature <= MAX_TEMPERATURE or args.gamma > MAX_GAMMA or args.tree_nodes > MAX_TREE_NODES:
+        raise InvalidParams(
+            f"--temperature must be in [0, {MAX_TEMPERATURE}], --gamma at most {MAX_GAMMA}, "
+            f"--tree-nodes at most {MAX_TREE_NODES}"
+        )
+    run_bench_trees(
+        tokens=args.tokens, gamma=args.gamma, temperature=args.temperature, tree_nodes=args.tree_nodes, out=args.out
+    )
+    return 0
+
+
+def _add_bench_serve(sub) -> None:
+    p = sub.add_parser(
+        "bench-serve",
+        help="1, 2, 4 and 8 concurrent clients: plain and speculative, each with and without shared passes",
+        description=(
+            "A target engine on the qwen2.5-coder pair serves N clients at once (chat and code prompts, greedy): "
+            "plain decoding and speculative decoding (each job with its own fork of the 0.5B draft, in this "
+            "process), each with its passes its own and shared among jobs (batched verification). Prints "
+            "aggregate tokens/s and p50/p95 latency per token for each, and checks every output against plain "
+            "decoding's; writes JSON with --out."
+        ),
+    )
+    p.add_argument("--tokens", type=_positive, default=64, help="tokens per client (default 64)")
+    p.add_argument("--gamma", type=_positive, default=4, help="draft tokens per round (default 4)")
+    p.add_argument("--clients", type=_positive, nargs="+", default=[1, 2, 4, 8], help="client counts (default 1 2 4 8)")
+    p.add_argument(
+        "--batch-rows",
+        type=_positive,
+        default=DEFAULT_BATCH_ROWS,
+        help=f"rows of the batched modes' shared passes at most (default {DEFAULT_BATCH_ROWS})",
+    )
+    p.add_argument("--out", type=Path, help="folder for bench_serve.json (default: print only)")
+    p.set_defaults(func=_cmd_bench_serve)
+
+
+def _cmd_bench_serve(args: argparse.Namespace) -> int:
+    from node.lab.bench_serve import run_bench_serve
+
+    if args.gamma > MAX_GAMMA or max(args.clients) > MAX_SERVE_CLIENTS or args.batch_rows > MAX_BATCH_ROWS:
+        raise InvalidParams(
+            f"--gamma must be at most {MAX_GAMMA}, --clients at most {MAX_SERVE_CLIENTS}, --batch-rows at most "
+            f"{MAX_BATCH_ROWS}"
+        )
+    run_bench_serve(
+        tokens=args.tokens, gamma=args.gamma, clients=tuple(args.clients), batch_rows=args.batch_rows, out=args.out
+    )
+    return 0
+
+
 def _add_bench_draft_length(sub) -> None:
     d = defaults(DraftLengthConfig)
     p = sub.add_parser(
@@ -315,5 +394,7 @@ def add_lab_commands(sub) -> None:
     _add_bench_p2p(sub)
     _add_bench_target(sub)
     _add_bench_batch(sub)
+    _add_bench_trees(sub)
+    _add_bench_serve(sub)
     _add_bench_draft_length(sub)
     _add_train(sub)

@@ -65,6 +65,14 @@ def _add_target(sub) -> None:
         f"as if each ran alone (the packed qwen2.5-coder target only); 0 = off (default {d['batch_rows']})",
     )
     p.add_argument(
+        "--tree-nodes",
+        type=int,
+        help="merge every drafter's answer to a round, and a prompt-lookup branch of the target's own, into one "
+        "tree of drafts of up to this many nodes, verified exactly in one pass; the first drafter to propose an "
+        f"accepted token earns it (the packed qwen2.5-coder target only); 0 = the best drafter's draft alone "
+        f"(default {d['tree_nodes']})",
+    )
+    p.add_argument(
         "--wait-budget",
         type=float,
         help="share of a job that waiting for drafts that bought no token may cost before a job slower than "

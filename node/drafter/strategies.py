@@ -19,7 +19,19 @@ from verifier.model import LanguageModel
 from verifier.proposal import MAX_GAMMA
 from verifier.proposers import PROPOSERS, build_proposer
 
-STRATEGIES = ("honest", "random", "adversarial", "lying", "slow", "stall", "garbage", "flaky", "forged", "flood")
+STRATEGIES = (
+    "honest",
+    "lookup",
+    "random",
+    "adversarial",
+    "lying",
+    "slow",
+    "stall",
+    "garbage",
+    "flaky",
+    "forged",
+    "flood",
+)
 DEFAULT_SLOW_MS = 1000  # well past the target's default draft deadline
 FLAKY_MAX_DRAFTS = 3  # a flaky drafter drops its connection after 1..3 drafts
 FLOOD_COPIES = 4  # a flooding drafter sends every draft this often (the target allows 2 per message)

@@ -45,6 +45,7 @@ from node.lab.procs import (
     wait_for_drafters,
 )
 from node.lab.workload import MODES, ask, prompt_ids
+from node.model.kernels import cpu_summary
 from node.model.pairs import get_pair
 from node.runtime.lifecycle import sigterm_unwinds
 from node.target.config import TARGET_GAMMA, TargetConfig
@@ -103,6 +104,7 @@ def _mode_row(answers: list[dict]) -> dict:
         "target_positions": total["target_positions"],
         "draft_tokens_proposed": total["draft_tokens_proposed"],
         "draft_tokens_accepted": total["draft_tokens_accepted"],
+        "lookup_tokens_accepted": total.get("lookup_tokens_accepted", 0),  # of those: the target's own lookup's
         "draft_rounds": total.get("draft_rounds", 0),
         "draft_wait_seconds": round(total.get("draft_wait_seconds", 0.0), 4),
         "first_chunk_seconds": round(total.get("first_chunk_seconds", 0.0), 4),
@@ -461,6 +463,7 @@ def run_demo_net(cfg: NetDemoConfig) -> int:
         "gamma": DEMO_GAMMA,
         "drafters": list(DEMO_DRAFTERS),
         "cpus": os.cpu_count(),
+        "cpu": cpu_summary(),
         "warm_up": f"{WARM_UP_TOKENS}-token requests before the measured prompts, not counted: one to the plain "
         "target, and to the speculating one until every drafter had its trial and one drafter not benched was "
         "judged (so no measured prompt is spent exploring)",

@@ -27,6 +27,7 @@ from node.runtime.dirs import default_data_dir
 from p2p.messages import DEFAULT_LISTEN, MAX_PRICE_WEI
 from verifier.errors import InvalidParams
 from verifier.proposal import MAX_GAMMA
+from verifier.tree import DEFAULT_TREE_NODES, MAX_TREE_NODES
 
 if TYPE_CHECKING:
     from node.chain.operator import OperatorConfig
@@ -39,7 +40,7 @@ DEFAULT_HTTP = "127.0.0.1:8000"
 # one more is refused at once (HTTP 503 with Retry-After, a libp2p error frame), never queued.
 DEFAULT_MAX_JOBS = 8
 # rows of one shared verification pass (node.target.batching); 0 turns batching off
-DEFAULT_BATCH_ROWS = 32
+DEFAULT_BATCH_ROWS = 16
 MAX_BATCH_ROWS = 512
 MAX_JOBS_LIMIT = 1024
 # Deadlines of the HTTP API (node.target.http.api); every one of them drops a stalled client.
@@ -120,6 +121,7 @@ class TargetConfig:
     new_receipt_store: bool = False  # start a new receipt store where the old one is missing or unusable
     max_jobs: int = DEFAULT_MAX_JOBS  # jobs at once (HTTP and libp2p); one more is refused, not queued
     batch_rows: int = DEFAULT_BATCH_ROWS  # concurrent jobs share verification passes of up to this many rows
+    tree_nodes: int = DEFAULT_TREE_NODES  # a round's drafts merged into a tree of up to this many nodes; 0 = off
     open_dashboard: bool = False  # open the live dashboard (GET /) in a web browser once serving
     http_body_timeout_s: float = HTTP_BODY_TIMEOUT_S
     http_write_timeout_s: float = HTTP_WRITE_TIMEOUT_S
@@ -142,6 +144,8 @@ class TargetConfig:
             raise InvalidParams(f"--max-drafters must be in [0, {MAX_DRAFTERS}], got {self.max_drafters}")
         if isinstance(self.batch_rows, bool) or not 0 <= self.batch_rows <= MAX_BATCH_ROWS:
             raise InvalidParams(f"--batch-rows must be in [0, {MAX_BATCH_ROWS}], got {self.batch_rows}")
+        if isinstance(self.tree_nodes, bool) or not 0 <= self.tree_nodes <= MAX_TREE_NODES:
+            raise InvalidParams(f"--tree-nodes must be in [0, {MAX_TREE_NODES}], got {self.tree_nodes}")
         if isinstance(self.max_jobs, bool) or not 1 <= self.max_jobs <= MAX_JOBS_LIMIT:
             raise InvalidParams(f"--max-jobs must be in [1, {MAX_JOBS_LIMIT}], got {self.max_jobs}")
         for name in ("http_body_timeout_s", "http_write_timeout_s", "http_idle_timeout_s", "http_read_timeout_s"):

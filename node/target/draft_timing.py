@@ -32,7 +32,7 @@ class RoundRecord:
 
     k: int
     kind: str
-    drafted: int  # draft tokens verified
+    drafted: int  # draft tokens verified (a tree's nodes: every answer and the lookup branch, merged)
     accepted: int  # ... of which accepted (the round emitted accepted + 1 tokens)
     wait_ms: float  # the decode loop's wait in the round (send, then drafts)
     draft_ms: float  # the chosen answer's drafter-reported time, clamped to its round trip (0: early/alone)
@@ -50,7 +50,7 @@ class RoundRecord:
         return cls(
             k=r.k,
             kind=("probation" if r.probation else "alone") if draft is None else "early" if early else "answer",
-            drafted=len(draft.tokens) if draft is not None else 0,
+            drafted=len(r.tree.tokens),
             accepted=r.accepted,
             wait_ms=round(MS * r.wait_s, 3),
             draft_ms=round(MS * draft_s, 3),

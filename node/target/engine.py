@@ -34,6 +34,7 @@ from verifier.model import LanguageModel
 from verifier.noise import MAX_SEED
 from verifier.params import SamplingParams
 from verifier.proposal import MAX_GAMMA
+from verifier.tree import supports_trees
 
 if TYPE_CHECKING:
     from node.chain.operator import Operator
@@ -216,12 +217,25 @@ class TimedModel:
         return self.model.cached()
 
     def extend(self, tokens: Sequence[int]) -> np.ndarray:
+        return self._timed(self.model.extend, tokens)
+
+    def extend_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        return self._timed(self.model.extend_tree, tokens, parents)
+
+    def _timed(self, forward, tokens: Sequence[int], *args) -> np.ndarray:
         started = time.perf_counter()
         try:
-            return self.model.extend(tokens)
+            return forward(tokens, *args)
         finally:
             self.pass_seconds.append(time.perf_counter() - started)
             self.pass_widths.append(len(tokens))
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        self.model.keep_path(path)
+
+    @property
+    def supports_trees(self) -> bool:
+        return supports_trees(self.model)
 
     def measured_plain_pass_s(self) -> float | None:
         """The median one-position pass after the prefill (a plain decoding step), None before one."""

@@ -58,7 +58,9 @@ class MarketDrafting:
         vocab_size: int,
         wait_budget: float = WAIT_BUDGET_SHARE,
         paymaster: Paymaster | None = None,
+        tree_nodes: int = 0,
     ) -> None:
+        self.tree_nodes = tree_nodes  # > 0: each round's answers merged into a tree (node.target.rounds)
         self.host, self.registry, self.policy, self.ledger = host, registry, policy, ledger
         self.credited = {} if credited is None else credited  # the ledger's lifetime credits, mirrored
         self.background = background  # where a job's draft streams are closed (None: before the job ends)
@@ -159,6 +161,7 @@ class MarketDrafting:
             registry=self.registry,
             policy=self.policy,
             price_wei=self.paymaster.price_wei if self.paymaster is not None else 0,
+            tree_nodes=self.tree_nodes,
         )
         proposer.opening = len(peers)
         log.info("job %s: drafting with %s", job_id, ", ".join(peers))

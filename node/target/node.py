@@ -206,6 +206,7 @@ class TargetNode:
                 deadline_s=self.deadline_ms / 1000,
                 max_drafters=cfg.max_drafters,
                 wait_budget=cfg.wait_budget,
+                tree_nodes=cfg.tree_nodes,
                 vocab_size=self.pair.target.vocab_size,
                 paymaster=self.operator.paymaster if self.operator is not None else None,
             )

@@ -39,9 +39,11 @@ from node.target.intake import DraftIntake
 from node.target.sessions import RemoteSession, RoundState
 from p2p.framing import StreamFailed
 from p2p.messages import Advance, InvalidMessage, Open
+from verifier.lookup import TREE_LOOKUP_MIN_NGRAM, lookup_continuation
 from verifier.model import common_prefix
 from verifier.params import SamplingParams
-from verifier.proposal import EMPTY, Proposal
+from verifier.proposal import EMPTY, MAX_GAMMA, Proposal
+from verifier.tree import Branch, DraftTree, accepted_length, credit, merge_drafts, supports_trees
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,15 @@ class MarketProposer(DraftIntake):
         wait_budget: float = WAIT_BUDGET_SHARE,
         prefill_alone: bool = PREFILL_ALONE,
         price_wei: int = 0,
+        tree_nodes: int = 0,
     ) -> None:
         self.sessions = sessions
+        # > 0: every drafter's answer (and a prompt-lookup branch of the target's own) merged into one
+        # tree of at most this many nodes (verifier.tree); 0, or a target that scores no trees: the
+        # best-ranked drafter's draft alone
+        self.tree_nodes = tree_nodes
+        self.arrivals = 0
+        self.lookup_accepted = 0  # accepted tokens that only the target's own lookup branch proposed
         self.price_wei = price_wei  # announced in every open: what an accepted draft token earns
         # the next round only sends the context: the prompt's round (prefill alone), or a round whose
         # new drafter (a refill) catches up on the context while the target decodes alone
@@ -225,9 +234,25 @@ class MarketProposer(DraftIntake):
             session = by_peer[peer]
             if session.pending is not None and session.pending[0].tokens:
                 self.round.chosen, self.round.chosen_draft = peer, session.pending
-                return Proposal(session.pending[0].tokens)
-        self.round.chosen = None
-        return EMPTY
+                break
+        else:
+            self.round.chosen = None
+        return self._proposal(ranked)
+
+    def _proposal(self, ranked: list[str]) -> Proposal | DraftTree:
+        """What the round verifies: the chosen draft alone, or with trees every trusted answer in
+        arrival order (the first arrival owns a shared prefix: verifier.tree's credit rule) and the
+        target's own prompt-lookup branch, merged."""
+        r = self.round
+        if not self.tree_nodes:
+            tokens = r.chosen_draft[0].tokens if r.chosen is not None and r.chosen_draft else ()
+            r.tree = merge_drafts([(r.chosen, tokens)], max_nodes=MAX_GAMMA)
+            return Proposal(tokens) if tokens else EMPTY
+        answered = sorted((s for s in self.sessions if s.peer_id in ranked and s.pending), key=lambda s: s.arrival)
+        branches: list[Branch] = [(s.peer_id, s.pending[0].tokens) for s in answered]
+        branches.append((None, lookup_continuation(r.context, r.gamma, min_ngram=TREE_LOOKUP_MIN_NGRAM)))
+        r.tree = merge_drafts(branches, self.tree_nodes)
+        return r.tree if r.tree.tokens else EMPTY
 
     def _on_probation(self, session: RemoteSession) -> bool:
         return self.policy.on_probation(self.registry.stats(session.peer_id))
@@ -281,7 +306,10 @@ class MarketProposer(DraftIntake):
         if r.k < 0:
             return
         emitted = context[len(r.context) :]  # every pending draft starts at r.k: measured at its own positions
-        useful = False
+        credits = credit(r.tree, emitted)  # accepted tokens per drafter: the first to propose each
+        r.accepted = accepted_length(r.tree, emitted)  # the target's lookup branch's included
+        self.lookup_accepted += r.accepted - sum(credits.values())
+        verified = set(r.tree.owners)
         for session in self.sessions:
             if session.pending is None:
                 continue
@@ -290,23 +318,25 @@ class MarketProposer(DraftIntake):
             matched = common_prefix(draft.tokens, emitted)
             session.proposed += len(draft.tokens)
             self.registry.record_draft(session.peer_id, len(draft.tokens), matched, latency, offered=r.gamma)
-            if session.peer_id == r.chosen:
-                useful, r.accepted = matched > 0, min(matched, len(draft.tokens))
-                session.accepted += matched
-                self.registry.record_accepted(session.peer_id, matched)
+            if session.peer_id in verified:
+                session.accepted += credits[session.peer_id]
+                self.registry.record_accepted(session.peer_id, credits[session.peer_id])
             self.policy.update(self.registry, session.peer_id)
             if session.alive and self.policy.is_benched(self.registry.stats(session.peer_id)):
                 session.kill("benched by the market policy")
                 log.info("job %s: drafter %s benched; not asking it again", self.job, session.peer_id)
-        if not useful:
+        if not r.accepted:
             self.wasted_s += self.last_wait_s
         if len(self.records) < MAX_ROUND_RECORDS:
             verify_s = self.passes.pass_seconds[-1] if self.passes is not None and self.passes.pass_seconds else 0.0
             self.records.append(RoundRecord.of(r, verify_s))
 
     def watch_passes(self, passes) -> None:
-        """The job's timed target (``TimedModel``): its prefill and one-position pass times."""
+        """The job's timed target (``TimedModel``): its prefill and one-position pass times; and
+        whether it scores trees."""
         self.passes = passes
+        if not supports_trees(passes):
+            self.tree_nodes = 0
 
     def _over_budget(self, now: float, k: int) -> bool | None:
         """Should the job stop asking for drafts, for good (True)? Either wasted waiting (in rounds
@@ -359,6 +389,7 @@ class MarketProposer(DraftIntake):
             "plain_estimate_seconds": round(self._plain_seconds(self.emitted) or 0.0, 4),
             "draft_budget_stopped_at_round": -1 if self.stopped_at is None else self.stopped_at,
             "draft_refills": self.refills,
+            "lookup_tokens_accepted": self.lookup_accepted,
             **self.drafts.stats(),
         }
 

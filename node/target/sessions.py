@@ -10,6 +10,7 @@ import trio
 
 from p2p.framing import FrameStream
 from p2p.messages import Draft
+from verifier.tree import EMPTY_TREE, DraftTree
 
 MAX_DRAFTS_PER_MESSAGE = 2  # an answer and one early draft per open/advance; more is flooding
 
@@ -26,6 +27,8 @@ class RemoteSession:
     sent_at: float = 0.0
     pending: tuple[Draft, float | None] | None = None  # draft for the current round, latency in s (None: early)
     early: Draft | None = None  # the newest early draft for a later round, judged when its round comes
+    arrival: int = 0  # when ``pending`` arrived, in the order of the job's drafts (the tree's first arrival)
+    early_arrival: int = 0  # ... and ``early``
     messages: int = 0  # open/advance messages sent (counted before each send)
     received: int = 0  # drafts received: more than MAX_DRAFTS_PER_MESSAGE per message is flooding
     accepted: int = 0  # this job: tokens of this drafter's verified drafts that were accepted
@@ -46,6 +49,7 @@ class RoundState:
     chosen: str | None = None  # peer whose draft was verified in the round in flight
     chosen_draft: tuple[Draft, float | None] | None = None  # ... its draft and latency (None: early)
     accepted: int = 0  # ... of whose tokens were accepted (known when the round settles)
+    tree: DraftTree = EMPTY_TREE  # what the round verified: every drafter's draft merged (or the chosen one)
     wait_s: float = 0.0  # the decode loop's wait in this round
     ends: float = 0.0  # trio time of the round's deadline (drafts of peers on probation may come until then)
     probation: bool = False  # every drafter asked was on probation: nothing to verify, the target decoded alone

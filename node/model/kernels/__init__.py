@@ -65,6 +65,19 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+def cpu_summary() -> str:
+    """The CPU's model name and which of the kernel's paths it has: how fast a verification pass of
+    several rows can be depends on it (docs/target-performance.md)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown CPU"
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+    flags = _cpu_flags()
+    paths = [name for name, flag in (("AVX-512", "avx512f"), ("AMX", "amx_tile")) if flag in flags]
+    return f"{model} ({', '.join(paths) if paths else 'AVX2'})"
+
+
 def _build(out: Path) -> None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
@@ -113,6 +126,7 @@ def library() -> ctypes.CDLL:
         + [ctypes.c_int] * 5
         + [ctypes.c_float, ctypes.c_void_p]
     )
+    lib.skinny_tree_attention.argtypes = [*lib.skinny_attention.argtypes, ctypes.c_void_p, ctypes.c_void_p]
     lib.skinny_silu_mul.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 2
     _library = lib
     return lib

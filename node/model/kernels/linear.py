@@ -23,8 +23,15 @@ class SkinnyLinear(torch.nn.Module):
     copy, in float16 where that holds every weight exactly (``half``), else in fp32.
     """
 
-    def __init__(self, linear: torch.nn.Linear, lib: ctypes.CDLL, parts: list[torch.nn.Linear] | None = None) -> None:
+    def __init__(
+        self,
+        linear: torch.nn.Linear,
+        lib: ctypes.CDLL,
+        parts: list[torch.nn.Linear] | None = None,
+        max_rows: int | None = SKINNY_MAX_ROWS,  # wider passes on torch's kernel; None: every pass on the kernel
+    ) -> None:
         super().__init__()
+        self.max_rows = max_rows
         parts = parts or [linear]
         self.weights = [part.weight for part in parts]  # each [N_i, K]
         if len(parts) == 1:
@@ -40,13 +47,13 @@ class SkinnyLinear(torch.nn.Module):
         self._gemm = f16_gemm(lib) if self.half else lib.skinny_gemm
 
     @classmethod
-    def fused(cls, linears: list[torch.nn.Linear], lib: ctypes.CDLL) -> SkinnyLinear:
-        return cls(linears[0], lib, linears)
+    def fused(cls, linears: list[torch.nn.Linear], lib: ctypes.CDLL, max_rows: int | None = SKINNY_MAX_ROWS):
+        return cls(linears[0], lib, linears, max_rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., N]
         flat = x.reshape(-1, self.in_features)
         rows = flat.shape[0]
-        if rows > SKINNY_MAX_ROWS or x.dtype != torch.float32 or x.requires_grad:
+        if (self.max_rows is not None and rows > self.max_rows) or x.dtype != torch.float32 or x.requires_grad:
             return torch.cat([torch.nn.functional.linear(x, w) for w in self.weights], dim=-1)
         flat = flat.contiguous()
         out = torch.empty(rows, self.out_features, dtype=torch.float32)

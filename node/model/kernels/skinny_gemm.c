@@ -509,22 +509,36 @@ void skinny_rope(float *x, int row_stride, int rows, int heads, int head_dim, co
 /* Causal attention with grouped KV heads (GQA: Ainslie et al. 2023), row by row: query row m, at
  * position start + m, attends to cached keys 0 .. start + m. q rows start at q + m * q_stride with
  * `heads` heads of head_dim floats; keys and values are [kv_heads, capacity, head_dim]; out is
- * [rows, heads * head_dim]; scratch holds start + rows floats. Softmax as exp(s - max) / sum, summed over positions in order, so a row's
- * result is the same in a pass of any width. */
-void skinny_attention(const float *q, int q_stride, const float *keys, const float *values, int capacity, float *out,
-                      int rows, int start, int heads, int kv_heads, int head_dim, float scale, float *weights) {
+ * [rows, heads * head_dim]; scratch holds start + rows floats. Softmax as exp(s - max) / sum, summed
+ * over the visible keys in order, so a row's result is the same in a pass of any width.
+ *
+ * Tree attention (SpecInfer: Miao et al. 2024, "topology-aware causal mask"): where `visible` is
+ * given, row m sees the cached keys 0 .. start - 1 and then the keys at the cache positions
+ * visible[offsets[m]] .. visible[offsets[m + 1] - 1]: its ancestors in the tree, root first, then
+ * itself. A chain is the tree whose row m sees start .. start + m, so a node scored in a tree goes
+ * through exactly the operations of the same path scored as a chain (the same keys and values in
+ * the same order): its result is bit-identical (tests/test_tree_forward.py). */
+static inline int key_position(int j, int start, const int *visible) {
+    return visible == NULL || j < start ? j : visible[j - start];
+}
+
+static void attention(const float *q, int q_stride, const float *keys, const float *values, int capacity,
+                      float *out, int rows, int start, int heads, int kv_heads, int head_dim, float scale,
+                      float *weights, const int *offsets, const int *visible) {
     int group = heads / kv_heads, vectors = head_dim / LANES;
     for (int m = 0; m < rows; m++) {
-        int n = start + m + 1;
+        const int *seen = visible == NULL ? NULL : visible + offsets[m]; /* this row's tree keys */
+        int n = start + (visible == NULL ? m + 1 : offsets[m + 1] - offsets[m]);
         for (int h = 0; h < heads; h++) {
             const float *qh = q + (size_t)m * q_stride + (size_t)h * head_dim;
             const float *k = keys + (size_t)(h / group) * capacity * head_dim;
             const float *v = values + (size_t)(h / group) * capacity * head_dim;
             float top = -INFINITY, total = 0.0f;
             for (int j = 0; j < n; j++) {
+                const float *kj = k + (size_t)key_position(j, start, seen) * head_dim;
                 __m256 acc = _mm256_setzero_ps();
                 for (int i = 0; i < vectors; i++)
-                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i * LANES), _mm256_loadu_ps(k + (size_t)j * head_dim + i * LANES), acc);
+                    acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i * LANES), _mm256_loadu_ps(kj + i * LANES), acc);
                 weights[j] = horizontal_sum(acc) * scale;
                 top = weights[j] > top ? weights[j] : top;
             }
@@ -535,12 +549,29 @@ void skinny_attention(const float *q, int q_stride, const float *keys, const flo
             float *o = out + (size_t)m * heads * head_dim + (size_t)h * head_dim;
             for (int i = 0; i < vectors; i++) {
                 __m256 acc = _mm256_setzero_ps();
-                for (int j = 0; j < n; j++)
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(v + (size_t)j * head_dim + i * LANES), acc);
+                for (int j = 0; j < n; j++) {
+                    const float *vj = v + (size_t)key_position(j, start, seen) * head_dim;
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(weights[j]), _mm256_loadu_ps(vj + i * LANES), acc);
+                }
                 _mm256_storeu_ps(o + i * LANES, _mm256_div_ps(acc, _mm256_set1_ps(total)));
             }
         }
     }
+}
+
+void skinny_attention(const float *q, int q_stride, const float *keys, const float *values, int capacity, float *out,
+                      int rows, int start, int heads, int kv_heads, int head_dim, float scale, float *weights) {
+    attention(q, q_stride, keys, values, capacity, out, rows, start, heads, kv_heads, head_dim, scale, weights, NULL,
+              NULL);
+}
+
+/* The same over a tree of rows: row m sees the cache up to `start`, then visible[offsets[m] ..
+ * offsets[m + 1]) (cache positions, its ancestors root first, then its own). */
+void skinny_tree_attention(const float *q, int q_stride, const float *keys, const float *values, int capacity,
+                           float *out, int rows, int start, int heads, int kv_heads, int head_dim, float scale,
+                           float *weights, const int *offsets, const int *visible) {
+    attention(q, q_stride, keys, values, capacity, out, rows, start, heads, kv_heads, head_dim, scale, weights,
+              offsets, visible);
 }
 
 /* out[r] = silu(gate[r]) * up[r] (the Llama MLP's gating, silu(g) = g / (1 + e^-g)), where row r of

@@ -1,0 +1,71 @@
+"""The market's trees (node.target.rounds with --tree-nodes): every trusted drafter's answer to a
+round and a prompt-lookup branch of the target's own are merged into one tree, and each accepted
+token is credited to the first drafter that proposed it (verifier.tree). The attack: a drafter that
+copies another's draft (or a Sybil running the same draft twice) to be paid twice; it earns nothing
+the first arrival did not already earn. The round's sessions are driven directly (their drafts set
+as the intake files them), with the market's real registry, policy and settle."""
+
+from __future__ import annotations
+
+from market.policy import Policy
+from market.registry import Registry
+from node.target.rounds import MarketProposer
+from node.target.sessions import RemoteSession, RoundState
+from p2p.messages import Draft
+from verifier.params import SamplingParams
+from verifier.proposal import Proposal
+from verifier.tree import DraftTree
+
+GAMMA = 4
+CONTEXT = [0, 17, 99]  # the prompt [0], then 17 and 99 (k counts from the prompt's one token)
+
+
+def round_with(drafts: list[tuple[str, tuple[int, ...]]], tree_nodes: int, emitted: list[int], context=CONTEXT):
+    """One round after ``context`` whose drafters answered ``drafts`` in this order; the target then emitted
+    ``emitted``. The verified proposal, and each drafter's accepted count once the round settled."""
+    registry = Registry()
+    for peer, _ in drafts:
+        registry.upsert(peer, [])
+    proposer = MarketProposer(
+        [], job="j", params=SamplingParams(), seed=1, gamma=GAMMA, deadline_s=1.0, registry=registry,
+        policy=Policy(), tree_nodes=tree_nodes,
+    )  # fmt: skip
+    proposer.round = RoundState(k=len(context) - 1, context=context, gamma=GAMMA)
+    for arrival, (peer, tokens) in enumerate(drafts, start=1):
+        session = RemoteSession(peer, fs=None, synced=len(context))
+        session.pending, session.arrival = (Draft("j", len(context) - 1, tokens, (), 1.0), 0.01), arrival
+        proposer.sessions.append(session)
+    ranked = sorted(peer for peer, _ in drafts)  # the policy's order is not arrival order
+    proposal = proposer._choose(ranked, deadline_passed=False)
+    proposer._settle([*context, *emitted])
+    return proposal, {s.peer_id: s.accepted for s in proposer.sessions}, proposer.round_records()
+
+
+def test_a_copy_of_a_draft_earns_nothing():
+    same = (5, 6, 7)
+    proposal, accepted, _ = round_with([("b-first", same), ("a-copy", same)], 12, [5, 6, 7, 8])
+    assert isinstance(proposal, DraftTree) and proposal.owners[:3] == ("b-first",) * 3
+    assert accepted == {"b-first": 3, "a-copy": 0}
+    _, swapped, _ = round_with([("a-copy", same), ("b-first", same)], 12, [5, 6, 7, 8])
+    assert swapped == {"a-copy": 3, "b-first": 0}  # whoever arrived first: the pay for the tokens is the same
+
+
+def test_each_drafter_earns_the_accepted_tokens_it_proposed_first():
+    _, accepted, records = round_with([("a", (5, 6, 9)), ("b", (5, 6, 7, 8))], 12, [5, 6, 7, 8, 1])
+    assert accepted == {"a": 2, "b": 2}  # a was first with 5 6; b alone had 7 8
+    assert records[0]["accepted"] == 4
+
+
+def test_tokens_only_the_targets_lookup_found_earn_nobody_anything():
+    """The context ends 3 17 99, which came before 5 6 2 earlier: the lookup branch proposes 5 6 2 3,
+    which the drafter did not; the target accepts 5 6 and pays for neither."""
+    context = [0, 3, 17, 99, 5, 6, 2, 3, 17, 99]
+    proposal, accepted, records = round_with([("a", (4,))], 12, [5, 6, 7], context)
+    assert isinstance(proposal, DraftTree) and None in proposal.owners
+    assert accepted == {"a": 0} and records[0]["accepted"] == 2
+
+
+def test_without_trees_the_best_ranked_draft_is_verified_alone():
+    proposal, accepted, _ = round_with([("b", (5, 6, 7)), ("a", (5, 9))], 0, [5, 6, 7, 8])
+    assert proposal == Proposal((5, 9))  # "a" ranks first here, though "b" arrived first
+    assert accepted == {"a": 1, "b": 0}
