@@ -269,11 +269,12 @@ def _cmd_bench_trees(args: argparse.Namespace) -> int:
 def _add_bench_serve(sub) -> None:
     p = sub.add_parser(
         "bench-serve",
-        help="1, 2, 4 and 8 concurrent clients: plain and speculative, each with and without shared passes",
+        help="1, 2, 4 and 8 concurrent clients: plain, speculative and remote drafts, with and without shared passes",
         description=(
             "A target engine on the qwen2.5-coder pair serves N clients at once (chat and code prompts, greedy): "
-            "plain decoding and speculative decoding (each job with its own fork of the 0.5B draft, in this "
-            "process), each with its passes its own and shared among jobs (batched verification). Prints "
+            "plain decoding, speculative decoding with each job's own fork of the 0.5B draft in this process "
+            "(spec), and with the same drafts recorded beforehand, as from drafter peers on other machines "
+            "(remote); each with its passes its own and shared among jobs (batched verification). Prints "
             "aggregate tokens/s and p50/p95 latency per token for each, and checks every output against plain "
             "decoding's; writes JSON with --out."
         ),
