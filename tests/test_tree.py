@@ -1,5 +1,5 @@
 """Trees of competing drafts (verifier.tree, verifier.lookup): merging, validation, the walk that
-verifies a tree, the credit rule (first arrival; copies earn nothing), prompt lookup, and exactness:
+verifies a tree, the credit rule (first branch given owns a node; copies earn nothing), prompt lookup, and exactness:
 the output distribution with trees is the target's (χ², the threshold and sample counts of
 tests/test_exactness.py), and a tree decode is token for token the plain decode."""
 
@@ -82,12 +82,12 @@ def test_credit_goes_to_the_first_proposer_of_each_accepted_token():
 
 
 def test_two_drafters_sending_the_same_draft_earn_it_once():
-    """A Sybil copy (or an honest duplicate) adds no node: the first arrival earns every token."""
+    """A Sybil copy (or an honest duplicate) adds no node: the branch merged first earns every token."""
     same = [3, 1, 4]
     first = credit(merge_drafts([("honest", same), ("copy", same)]), [3, 1, 4, 1])
     assert first == {"honest": 3}
     swapped = credit(merge_drafts([("copy", same), ("honest", same)]), [3, 1, 4, 1])
-    assert swapped == {"copy": 3}  # arrival order decides, not identity: the pay for the draft is the same
+    assert swapped == {"copy": 3}  # the merge order decides, not identity: the pay for the draft is the same
     assert sum(first.values()) == sum(swapped.values()) == 3
 
 

@@ -20,7 +20,7 @@ from verifier.tree import merge_drafts
 pytestmark = pytest.mark.slow(seconds=60)
 
 PROMPT = [151644, 872, 198, 5501, 14, 9707, 11, 1879]
-# four branches in arrival order; shared prefixes, a lone branch, one of full depth
+# four branches in merge order; shared prefixes, a lone branch, one of full depth
 BRANCHES = [("a", [2661, 3110, 13, 1077]), ("b", [2661, 3110, 525]), ("c", [40, 1079]), ("d", [2661, 8, 9])]
 
 

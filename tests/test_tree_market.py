@@ -1,9 +1,11 @@
 """The market's trees (node.target.rounds with --tree-nodes): every trusted drafter's answer to a
-round and a prompt-lookup branch of the target's own are merged into one tree, and each accepted
-token is credited to the first drafter that proposed it (verifier.tree). The attack: a drafter that
-copies another's draft (or a Sybil running the same draft twice) to be paid twice; it earns nothing
-the first arrival did not already earn. The round's sessions are driven directly (their drafts set
-as the intake files them), with the market's real registry, policy and settle."""
+round and a prompt-lookup branch of the target's own are merged into one tree in the policy's rank
+order, and each accepted token is credited to the best-ranked drafter that proposed it
+(verifier.tree). The attacks: a drafter that copies another's draft (or a Sybil running the same
+draft twice) to be paid twice, and a cheap drafter that answers at once with a likely token to take
+the credit from the drafter that did the work; neither earns what a better-ranked drafter already
+proposed. The round's sessions are driven directly (their drafts set as the intake files them),
+with the market's real registry, policy and settle."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ CONTEXT = [0, 17, 99]  # the prompt [0], then 17 and 99 (k counts from the promp
 
 
 def round_with(drafts: list[tuple[str, tuple[int, ...]]], tree_nodes: int, emitted: list[int], context=CONTEXT):
-    """One round after ``context`` whose drafters answered ``drafts`` in this order; the target then emitted
-    ``emitted``. The verified proposal, and each drafter's accepted count once the round settled."""
+    """One round after ``context`` whose drafters answered ``drafts``, best-ranked first; the target
+    then emitted ``emitted``. The verified proposal, each drafter's accepted count once the round
+    settled, and the round's records."""
     registry = Registry()
     for peer, _ in drafts:
         registry.upsert(peer, [])
@@ -31,28 +34,34 @@ def round_with(drafts: list[tuple[str, tuple[int, ...]]], tree_nodes: int, emitt
         policy=Policy(), tree_nodes=tree_nodes,
     )  # fmt: skip
     proposer.round = RoundState(k=len(context) - 1, context=context, gamma=GAMMA)
-    for arrival, (peer, tokens) in enumerate(drafts, start=1):
+    for peer, tokens in reversed(drafts):  # (the sessions' order is not the rank order)
         session = RemoteSession(peer, fs=None, synced=len(context))
-        session.pending, session.arrival = (Draft("j", len(context) - 1, tokens, (), 1.0), 0.01), arrival
+        session.pending = (Draft("j", len(context) - 1, tokens, (), 1.0), 0.01)
         proposer.sessions.append(session)
-    ranked = sorted(peer for peer, _ in drafts)  # the policy's order is not arrival order
-    proposal = proposer._choose(ranked, deadline_passed=False)
+    proposal = proposer._choose([peer for peer, _ in drafts], deadline_passed=False)
     proposer._settle([*context, *emitted])
     return proposal, {s.peer_id: s.accepted for s in proposer.sessions}, proposer.round_records()
 
 
 def test_a_copy_of_a_draft_earns_nothing():
     same = (5, 6, 7)
-    proposal, accepted, _ = round_with([("b-first", same), ("a-copy", same)], 12, [5, 6, 7, 8])
-    assert isinstance(proposal, DraftTree) and proposal.owners[:3] == ("b-first",) * 3
-    assert accepted == {"b-first": 3, "a-copy": 0}
-    _, swapped, _ = round_with([("a-copy", same), ("b-first", same)], 12, [5, 6, 7, 8])
-    assert swapped == {"a-copy": 3, "b-first": 0}  # whoever arrived first: the pay for the tokens is the same
+    proposal, accepted, _ = round_with([("best", same), ("copy", same)], 12, [5, 6, 7, 8])
+    assert isinstance(proposal, DraftTree) and proposal.owners[:3] == ("best",) * 3
+    assert accepted == {"best": 3, "copy": 0}
+    _, swapped, _ = round_with([("copy", same), ("best", same)], 12, [5, 6, 7, 8])
+    assert swapped == {"copy": 3, "best": 0}  # whoever ranks first: the pay for the tokens is the same
+
+
+def test_a_cheap_guess_takes_no_credit_from_a_better_ranked_drafter():
+    """A drafter that answers at once with one likely token (no model: it is always first to arrive)
+    ranks below an honest drafter, so the token both proposed is the honest drafter's."""
+    _, accepted, _ = round_with([("honest", (5, 6, 7)), ("guesser", (5,))], 12, [5, 6, 7, 1])
+    assert accepted == {"honest": 3, "guesser": 0}
 
 
 def test_each_drafter_earns_the_accepted_tokens_it_proposed_first():
     _, accepted, records = round_with([("a", (5, 6, 9)), ("b", (5, 6, 7, 8))], 12, [5, 6, 7, 8, 1])
-    assert accepted == {"a": 2, "b": 2}  # a was first with 5 6; b alone had 7 8
+    assert accepted == {"a": 2, "b": 2}  # a ranks first and had 5 6; b alone had 7 8
     assert records[0]["accepted"] == 4
 
 
@@ -66,6 +75,6 @@ def test_tokens_only_the_targets_lookup_found_earn_nobody_anything():
 
 
 def test_without_trees_the_best_ranked_draft_is_verified_alone():
-    proposal, accepted, _ = round_with([("b", (5, 6, 7)), ("a", (5, 9))], 0, [5, 6, 7, 8])
-    assert proposal == Proposal((5, 9))  # "a" ranks first here, though "b" arrived first
+    proposal, accepted, _ = round_with([("a", (5, 9)), ("b", (5, 6, 7))], 0, [5, 6, 7, 8])
+    assert proposal == Proposal((5, 9))  # "b"'s draft, though better, is not verified
     assert accepted == {"a": 1, "b": 0}

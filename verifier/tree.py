@@ -15,10 +15,11 @@ Speculative Inference and Verification") verifies token trees with a multi-step 
 stay exact under min(1, p/q); coupled noise needs none (Daliri, Musco & Suresh 2024).
 
 Credit (who is paid for an accepted token): each node is *owned* by the branch that first put its
-prefix into the tree, branches being merged in arrival order. An accepted token earns its owner
-one credit; a later branch that repeats a prefix adds no node and earns nothing for it, so copies
-of a draft (Sybil peers) gain nothing. Branches the target adds itself (prompt lookup) have no
-owner and are merged after every drafter's, so they never take a drafter's credit.
+prefix into the tree, branches being merged in the order given (the market gives its rank order:
+node.target.rounds). An accepted token earns its owner one credit; a later branch that repeats a
+prefix adds no node and earns nothing for it, so copies of a draft (Sybil peers) gain nothing.
+Branches the target adds itself (prompt lookup) have no owner and are merged after every
+drafter's, so they never take a drafter's credit.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ Branch = tuple[str | None, Sequence[int]]  # (owner, draft tokens)
 
 
 def merge_drafts(branches: Sequence[Branch], max_nodes: int = DEFAULT_TREE_NODES) -> DraftTree:
-    """One prefix tree of ``branches`` ((owner, draft tokens), in arrival order), with at most
+    """One prefix tree of ``branches`` ((owner, draft tokens), first owners first), with at most
     ``max_nodes`` nodes: a branch that does not fit is cut where the tree is full."""
     tokens: list[int] = []
     parents: list[int] = []

@@ -68,9 +68,9 @@ def _add_target(sub) -> None:
         "--tree-nodes",
         type=int,
         help="merge every drafter's answer to a round, and a prompt-lookup branch of the target's own, into one "
-        "tree of drafts of up to this many nodes, verified exactly in one pass; the first drafter to propose an "
-        f"accepted token earns it (the packed qwen2.5-coder target only); 0 = the best drafter's draft alone "
-        f"(default {d['tree_nodes']})",
+        "tree of drafts of up to this many nodes, verified exactly in one pass; an accepted token earns only the "
+        "best-ranked drafter that proposed it (the packed qwen2.5-coder target only); 0 = the best drafter's draft "
+        f"alone (default {d['tree_nodes']})",
     )
     p.add_argument(
         "--wait-budget",

@@ -35,7 +35,6 @@ class DraftIntake:
     round: RoundState
     drafts: DraftTiming
     sessions: list[RemoteSession]
-    arrivals: int  # drafts read so far: each pending draft's ``arrival`` is its rank (first arrival earns)
 
     def live(self) -> list[RemoteSession]:
         return [s for s in self.sessions if s.alive]
@@ -80,15 +79,14 @@ class DraftIntake:
         r = self.round
         if r.k < 0 and not msg.basis:  # the answer to a prompt sent before the prefill (PREFILL_ALONE): not
             return  # waited for; the drafter answers the next round from the same draft, trimmed
-        self.arrivals += 1
         if msg.start > r.k:  # an early draft; the newest replaces an older one that was never used
             if session.early is not None:
                 self._stale(session, session.early, "replaced by a newer early draft")
-            session.early, session.early_arrival = msg, self.arrivals
+            session.early = msg
             return
         if msg.start == r.k and session.pending is None and usable(msg, r.k, r.context) and self._open_to(session):
             latency = now - session.sent_at
-            session.pending, session.arrival = (self._trimmed(msg), latency), self.arrivals
+            session.pending = (self._trimmed(msg), latency)
             session.misses = 0
             self.drafts.arrived(msg, latency)
             r.changed.set()
@@ -106,7 +104,7 @@ class DraftIntake:
                 continue
             session.early = None
             if usable(draft, k, context):
-                session.pending, session.arrival = (self._trimmed(draft), None), session.early_arrival
+                session.pending = (self._trimmed(draft), None)
                 self.drafts.arrived(draft, None)
             else:
                 self._stale(session, draft, "its basis is not what was emitted" if draft.start == k else "skipped")

@@ -79,7 +79,6 @@ class MarketProposer(DraftIntake):
         # tree of at most this many nodes (verifier.tree); 0, or a target that scores no trees: the
         # best-ranked drafter's draft alone
         self.tree_nodes = tree_nodes
-        self.arrivals = 0
         self.lookup_accepted = 0  # accepted tokens that only the target's own lookup branch proposed
         self.price_wei = price_wei  # announced in every open: what an accepted draft token earns
         # the next round only sends the context: the prompt's round (prefill alone), or a round whose
@@ -240,15 +239,16 @@ class MarketProposer(DraftIntake):
         return self._proposal(ranked)
 
     def _proposal(self, ranked: list[str]) -> Proposal | DraftTree:
-        """What the round verifies: the chosen draft alone, or with trees every trusted answer in
-        arrival order (the first arrival owns a shared prefix: verifier.tree's credit rule) and the
+        """What the round verifies: the chosen draft alone, or with trees every trusted answer in the
+        policy's rank order (the best-ranked owns a shared prefix: verifier.tree's credit rule) and the
         target's own prompt-lookup branch, merged."""
         r = self.round
         if not self.tree_nodes:
             tokens = r.chosen_draft[0].tokens if r.chosen is not None and r.chosen_draft else ()
             r.tree = merge_drafts([(r.chosen, tokens)], max_nodes=MAX_GAMMA)
             return Proposal(tokens) if tokens else EMPTY
-        answered = sorted((s for s in self.sessions if s.peer_id in ranked and s.pending), key=lambda s: s.arrival)
+        by_peer = self._by_peer()
+        answered = [by_peer[peer] for peer in ranked if by_peer[peer].pending is not None]
         branches: list[Branch] = [(s.peer_id, s.pending[0].tokens) for s in answered]
         branches.append((None, lookup_continuation(r.context, r.gamma, min_ngram=TREE_LOOKUP_MIN_NGRAM)))
         r.tree = merge_drafts(branches, self.tree_nodes)

@@ -27,8 +27,6 @@ class RemoteSession:
     sent_at: float = 0.0
     pending: tuple[Draft, float | None] | None = None  # draft for the current round, latency in s (None: early)
     early: Draft | None = None  # the newest early draft for a later round, judged when its round comes
-    arrival: int = 0  # when ``pending`` arrived, in the order of the job's drafts (the tree's first arrival)
-    early_arrival: int = 0  # ... and ``early``
     messages: int = 0  # open/advance messages sent (counted before each send)
     received: int = 0  # drafts received: more than MAX_DRAFTS_PER_MESSAGE per message is flooding
     accepted: int = 0  # this job: tokens of this drafter's verified drafts that were accepted
