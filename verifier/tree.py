@@ -51,10 +51,7 @@ class DraftTree:
 
     @property
     def depths(self) -> tuple[int, ...]:
-        out: list[int] = []
-        for parent in self.parents:
-            out.append(0 if parent == ROOT else out[parent] + 1)
-        return tuple(out)
+        return tuple(depths_below_root(self.parents))
 
     def child(self, node: int, token: int) -> int | None:
         """The child of ``node`` (ROOT for the first draft tokens) that holds ``token``, if any."""
@@ -73,6 +70,14 @@ class DraftTree:
 
 
 EMPTY_TREE = DraftTree((), (), ())
+
+
+def depths_below_root(parents: Sequence[int]) -> list[int]:
+    """Each node's depth (0 for a child of ROOT), where every parent is ROOT or an earlier node."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(0 if parent == ROOT else depths[parent] + 1)
+    return depths
 
 
 Branch = tuple[str | None, Sequence[int]]  # (owner, draft tokens)

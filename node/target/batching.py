@@ -157,6 +157,8 @@ class BatchedLM:
     """A job's target cache whose passes go through the engine's ``PassBatcher`` (a
     ``verifier.LanguageModel``: extend, rollback, cached; ``inner`` is the LeanLM fork)."""
 
+    supports_trees = True  # extend_tree and keep_path, as the LeanLM it wraps
+
     def __init__(self, inner, batcher: PassBatcher) -> None:
         self.inner, self.batcher = inner, batcher
         self.vocab_size, self.max_positions, self.name = inner.vocab_size, inner.max_positions, inner.name
@@ -172,10 +174,6 @@ class BatchedLM:
 
     def keep_path(self, path: Sequence[int]) -> None:
         self.inner.keep_path(path)
-
-    @property
-    def supports_trees(self) -> bool:
-        return True
 
     def rollback(self, n: int) -> None:
         self.inner.rollback(n)

@@ -53,6 +53,7 @@ def extend_batch(
 ) -> list[np.ndarray]:
     """``[job.extend(new) for job, new in zip(jobs, tokens)]`` in one pass: each [len(new), V] float32.
     A job with parents in ``trees`` has its rows scored as a tree (``LeanLM.extend_tree``)."""
+    trees = [None] * len(tokens) if trees is None else trees
     layouts = check_batch(jobs, tokens, trees)
     w = jobs[0].weights
     spans, begin = [], 0  # each job's rows in the pass
@@ -63,7 +64,7 @@ def extend_batch(
     with torch.inference_mode():
         ids = torch.tensor([t for new in tokens for t in new], dtype=torch.long)
         logits = _forward(jobs, w, ids, spans, layouts)
-    for job, new, tree in zip(jobs, tokens, trees or [None] * len(jobs), strict=True):
+    for job, new, tree in zip(jobs, tokens, trees, strict=True):
         job.record(new, tree)
     return [logits[rows].numpy() for rows in spans]
 

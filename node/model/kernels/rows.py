@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-ROOT = -1  # a row's parent when it follows the cache directly (the first row of any pass)
+from verifier.tree import ROOT, depths_below_root
 
 
 class TreeShapeError(ValueError):
@@ -24,14 +24,12 @@ class TreeShapeError(ValueError):
 
 
 def depths_of(parents: Sequence[int]) -> list[int]:
-    """Each row's depth below the cache (0 for a row whose parent is ROOT); TreeShapeError unless
-    every parent is ROOT or an earlier row."""
-    depths: list[int] = []
+    """Each row's depth below the cache (0 for a row whose parent is ROOT: it follows the cache);
+    TreeShapeError unless every parent is ROOT or an earlier row."""
     for m, parent in enumerate(parents):
         if isinstance(parent, bool) or not isinstance(parent, int) or not ROOT <= parent < m:
             raise TreeShapeError(f"row {m}: parent {parent!r} is neither {ROOT} nor an earlier row")
-        depths.append(0 if parent == ROOT else depths[parent] + 1)
-    return depths
+    return depths_below_root(parents)
 
 
 @dataclass(frozen=True)
