@@ -4,10 +4,14 @@ order, and each accepted token is credited to the best-ranked drafter that propo
 (verifier.tree). The attacks: a drafter that copies another's draft (or a Sybil running the same
 draft twice) to be paid twice, and a cheap drafter that answers at once with a likely token to take
 the credit from the drafter that did the work; neither earns what a better-ranked drafter already
-proposed. The round's sessions are driven directly (their drafts set as the intake files them),
-with the market's real registry, policy and settle."""
+proposed. With trees a round waits for every trusted drafter, not only the best-ranked one (whose
+quick answer would otherwise leave a slower drafter's draft out of every tree). The round's
+sessions are driven directly (their drafts set as the intake files them), with the market's real
+registry, policy and settle."""
 
 from __future__ import annotations
+
+import trio
 
 from market.policy import Policy
 from market.registry import Registry
@@ -78,3 +82,46 @@ def test_without_trees_the_best_ranked_draft_is_verified_alone():
     proposal, accepted, _ = round_with([("a", (5, 9)), ("b", (5, 6, 7))], 0, [5, 6, 7, 8])
     assert proposal == Proposal((5, 9))  # "b"'s draft, though better, is not verified
     assert accepted == {"a": 1, "b": 0}
+
+
+SLOW_S, DEADLINE_S = 0.2, 2.0
+
+
+def wait_with_a_slow_second(tree_nodes: int, second_answers: bool = True) -> tuple[bool, float]:
+    """The best-ranked drafter has answered; the second answers after SLOW_S (or never). Whether the
+    round's deadline passed, and how long the round waited."""
+    proposer = MarketProposer(
+        [], job="j", params=SamplingParams(), seed=1, gamma=GAMMA, deadline_s=DEADLINE_S, registry=Registry(),
+        policy=Policy(), tree_nodes=tree_nodes,
+    )  # fmt: skip
+    fast, slow = RemoteSession("fast", fs=None), RemoteSession("slow", fs=None)
+    fast.pending = (Draft("j", 2, (5,), (), 1.0), 0.001)
+    proposer.sessions = [fast, slow]
+
+    async def scenario() -> tuple[bool, float]:
+        proposer.round = RoundState(k=2, context=CONTEXT, gamma=GAMMA)
+
+        async def answer() -> None:
+            await trio.sleep(SLOW_S)
+            slow.pending = (Draft("j", 2, (5, 6, 7), (), 1.0), SLOW_S)
+            proposer.round.changed.set()
+
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            if second_answers:
+                nursery.start_soon(answer)
+            passed = await proposer._wait_for_drafts(["fast", "slow"], started + DEADLINE_S / 4)
+            waited = trio.current_time() - started
+            nursery.cancel_scope.cancel()
+        return passed, waited
+
+    return trio.run(scenario)
+
+
+def test_with_trees_a_round_waits_for_every_trusted_drafter_and_no_longer_than_the_deadline():
+    passed, waited = wait_with_a_slow_second(tree_nodes=12)
+    assert not passed and SLOW_S <= waited < DEADLINE_S / 4  # the slower drafter's branch is in the tree
+    passed, waited = wait_with_a_slow_second(tree_nodes=12, second_answers=False)
+    assert passed and waited >= DEADLINE_S / 4  # one that never answers costs the deadline, not more
+    passed, waited = wait_with_a_slow_second(tree_nodes=0)
+    assert not passed and waited < SLOW_S  # a chain closes on the best-ranked answer

@@ -241,28 +241,33 @@ def _add_bench_trees(sub) -> None:
             "On the qwen2.5-coder pair, the same prompts (code, then chat) and seed: plain decoding, the draft's "
             "chain, prompt lookup's chain, and both merged into one tree per round, each verified in one pass "
             "on the served kernel. Prints tokens per pass, ms per token and whether each output is plain "
-            "decoding's; writes JSON with --out."
+            "decoding's; writes JSON with --out. With --p2p, the same over libp2p: a target process per mode "
+            "and the drafters as peers of their own (the 0.5B draft, --strategy honest; prompt lookup, "
+            "--strategy lookup), merged into one tree when both answer a round."
         ),
     )
     p.add_argument("--tokens", type=_positive, default=64, help="tokens per prompt (default 64)")
     p.add_argument("--gamma", type=_positive, default=4, help="draft tokens per branch (default 4)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     p.add_argument("--tree-nodes", type=_positive, default=DEFAULT_TREE_NODES, help="nodes a tree holds at most")
+    p.add_argument(
+        "--p2p", action="store_true", help="drafter peers and target nodes over libp2p (writes bench_trees_p2p.json)"
+    )
     p.add_argument("--out", type=Path, help="folder for bench_trees.json (default: print only)")
     p.set_defaults(func=_cmd_bench_trees)
 
 
 def _cmd_bench_trees(args: argparse.Namespace) -> int:
     from node.lab.bench_trees import run_bench_trees
+    from node.lab.bench_trees_p2p import run_bench_trees_p2p
 
     if not 0 <= args.temperature <= MAX_TEMPERATURE or args.gamma > MAX_GAMMA or args.tree_nodes > MAX_TREE_NODES:
         raise InvalidParams(
             f"--temperature must be in [0, {MAX_TEMPERATURE}], --gamma at most {MAX_GAMMA}, "
             f"--tree-nodes at most {MAX_TREE_NODES}"
         )
-    run_bench_trees(
-        tokens=args.tokens, gamma=args.gamma, temperature=args.temperature, tree_nodes=args.tree_nodes, out=args.out
-    )
+    run = run_bench_trees_p2p if args.p2p else run_bench_trees
+    run(tokens=args.tokens, gamma=args.gamma, temperature=args.temperature, tree_nodes=args.tree_nodes, out=args.out)
     return 0
 
 
@@ -276,7 +281,9 @@ def _add_bench_serve(sub) -> None:
             "(spec), and with the same drafts recorded beforehand, as from drafter peers on other machines "
             "(remote); each with its passes its own and shared among jobs (batched verification). Prints "
             "aggregate tokens/s and p50/p95 latency per token for each, and checks every output against plain "
-            "decoding's; writes JSON with --out."
+            "decoding's; writes JSON with --out. With --p2p, the same over libp2p: a target process per mode "
+            "and the drafters as peers of their own (the 0.5B draft, --strategy honest; prompt lookup, "
+            "--strategy lookup), merged into one tree when both answer a round."
         ),
     )
     p.add_argument("--tokens", type=_positive, default=64, help="tokens per client (default 64)")

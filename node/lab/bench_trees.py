@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 MODES = ("plain", "draft", "lookup", "tree")
 TOKENS_PER_PASS_GOAL = 1.15
 END_TO_END_GOAL = 1.1
+UNREPORTED = ("outputs", "credits", "benched")  # a mode's fields not in its row (a p2p report lists them apart)
 
 
 def _proposer(mode: str, pair, tree_nodes: int):
@@ -54,10 +55,12 @@ def _run_mode(mode: str, pair, prompts, params, seed: int, tokens: int, gamma: i
     seconds = time.perf_counter() - started
     emitted = sum(len(r.tokens) for r in results)
     passes = sum(r.stats.target_passes - 1 for r in results)  # without each prompt's prefill pass
+    rows = sum(r.stats.target_positions for r in results) - sum(len(ids) for ids in prompts)
     return {
         "outputs": [list(r.tokens) for r in results],
         "tokens": emitted,
         "tokens_per_pass": round((emitted - len(results)) / max(1, passes), 4),  # the prefill's token aside
+        "rows_per_pass": round(rows / max(1, passes), 3),
         "ms_per_token": round(1000 * seconds / max(1, emitted), 2),
     }
 
@@ -73,29 +76,41 @@ def run_bench_trees(
     prompts = [prompt_ids(pair.tokenizer, p, chat=True) for p in QWEN_PROMPTS[:n_prompts]]  # code, then chat
     params = SamplingParams(temperature=temperature)
     modes = {m: _run_mode(m, pair, prompts, params, seed, tokens, gamma, tree_nodes) for m in MODES}
-    plain = modes["plain"]["outputs"]
-    best = max(("draft", "lookup"), key=lambda m: modes[m]["tokens_per_pass"])
-    tree = modes["tree"]
     report = {
         "cpu": cpu_summary(), "prompts": len(prompts), "tokens": tokens, "gamma": gamma, "temperature": temperature,
         "seed": seed,
         "tree_nodes": tree_nodes,
-        "modes": {m: {k: v for k, v in r.items() if k != "outputs"} | {"identical": r["outputs"] == plain}
-                  for m, r in modes.items()},
-        "best_single": best,
-        "tree_tokens_per_pass_ratio": round(tree["tokens_per_pass"] / modes[best]["tokens_per_pass"], 3),
-        "tree_speed_ratio": round(modes[best]["ms_per_token"] / tree["ms_per_token"], 3),
+        **ratios(modes),
     }  # fmt: skip
-    _print(report)
+    print_report(report)
     if out is not None:
         write_json(out / "bench_trees.json", report)
     return report
 
 
-def _print(report: dict) -> None:
-    print(f"{'mode':<8} {'tok/pass':>9} {'ms/token':>9}  identical to plain")
+def ratios(modes: dict[str, dict]) -> dict:
+    """Each mode's figures (and whether its outputs are plain decoding's), the best single drafter
+    by tokens per pass, and the tree's ratios to it."""
+    plain = modes["plain"]["outputs"]
+    best = max(("draft", "lookup"), key=lambda m: modes[m]["tokens_per_pass"])
+    tree = modes["tree"]
+    return {
+        "modes": {m: {k: v for k, v in r.items() if k not in UNREPORTED} | {"identical": r["outputs"] == plain}
+                  for m, r in modes.items()},
+        "best_single": best,
+        "tree_tokens_per_pass_ratio": round(tree["tokens_per_pass"] / modes[best]["tokens_per_pass"], 3),
+        "tree_speed_ratio": round(modes[best]["ms_per_token"] / tree["ms_per_token"], 3),
+    }  # fmt: skip
+
+
+def _rows(row: dict) -> str:
+    return f"{row['rows_per_pass']:.2f}" if "rows_per_pass" in row else "-"  # (no draft rounds: none measured)
+
+
+def print_report(report: dict) -> None:
+    print(f"{'mode':<8} {'tok/pass':>9} {'rows/pass':>10} {'ms/token':>9}  identical to plain")
     for mode, r in report["modes"].items():
-        print(f"{mode:<8} {r['tokens_per_pass']:>9.3f} {r['ms_per_token']:>9.1f}  {r['identical']}")
+        print(f"{mode:<8} {r['tokens_per_pass']:>9.3f} {_rows(r):>10} {r['ms_per_token']:>9.1f}  {r['identical']}")
     print(
         f"tree / best single drafter ({report['best_single']}): {report['tree_tokens_per_pass_ratio']:.3f}x tokens "
         f"per pass (goal {TOKENS_PER_PASS_GOAL}), {report['tree_speed_ratio']:.3f}x end to end (goal {END_TO_END_GOAL})"

@@ -23,7 +23,6 @@ import os
 import sys
 import tempfile
 import time
-import urllib.parse
 from functools import partial
 from pathlib import Path
 
@@ -43,8 +42,9 @@ from node.lab.procs import (
     start_drafter,
     start_target,
     wait_for_drafters,
+    warm_up_market,
 )
-from node.lab.workload import MODES, ask, prompt_ids
+from node.lab.workload import MODES, ask, job_rounds, prompt_ids
 from node.model.kernels import cpu_summary
 from node.model.pairs import get_pair
 from node.runtime.lifecycle import sigterm_unwinds
@@ -130,11 +130,6 @@ def _timing_row(stats: list[dict], total: dict) -> dict:
         "draft_early_ready": total.get("draft_early_ready", 0),
         "draft_early_stale": total.get("draft_early_stale", 0),
     }
-
-
-def _rounds(http: str, job: str) -> list[dict]:
-    """One answer's draft rounds, as the target recorded them (node.target.draft_timing.RoundRecord)."""
-    return http_json(f"{http}/api/jobs/{urllib.parse.quote(job, safe='')}/rounds")["rounds"]
 
 
 def _drafter_rows(http: str, drafters: dict[str, str], credits: dict[str, int]) -> list[dict]:
@@ -244,13 +239,12 @@ def _warm_up(urls: dict, cfg: NetDemoConfig) -> None:
     steady state (each request has its own seed: a repeated one is replayed from the receipt
     store, not decoded). The report says so."""
     _ask(urls["plain"], cfg, WARM_UP_PROMPT, WARM_UP_SEED, WARM_UP_TOKENS)
-    judge_after = TargetConfig.judge_after_tokens  # the speculating target runs with the default
-    for i in range(MAX_WARM_UP_JOBS_PER_DRAFTER * len(urls["drafters"])):
+    n = len(urls["drafters"])
+
+    def warm(i: int) -> None:
         _ask(urls["spec"], cfg, WARM_UP_PROMPT, WARM_UP_SEED + i, WARM_UP_TOKENS)
-        rows = list(http_json(f"{urls['spec']}/health")["drafters"].values())
-        tried = len(rows) >= len(urls["drafters"]) and all(row["jobs"] for row in rows)
-        if tried and any(max(r["offered"], r["proposed"]) >= judge_after and not r["benched"] for r in rows):
-            break
+
+    warm_up_market(urls["spec"], n, warm, MAX_WARM_UP_JOBS_PER_DRAFTER * n)
 
 
 def _serve_and_compare(urls: dict, cfg: NetDemoConfig) -> dict:
@@ -263,7 +257,7 @@ def _serve_and_compare(urls: dict, cfg: NetDemoConfig) -> dict:
             credits[peer] = credits.get(peer, 0) + n
     identical = [a["specmarket"]["tokens"] for a in with_spec] == [a["specmarket"]["tokens"] for a in without]
     spec_row = _mode_row(with_spec)
-    spec_row["rounds"] = [r for a in with_spec for r in _rounds(urls["spec"], a["specmarket"]["job"])]
+    spec_row["rounds"] = [r for a in with_spec for r in job_rounds(urls["spec"], a["specmarket"]["job"])]
     return {
         "with_speculation": spec_row,
         "without_speculation": _mode_row(without),

@@ -180,6 +180,27 @@ def wait_for_drafters(http: str, n: int, timeout_s: float = DRAFTERS_TIMEOUT_S) 
         time.sleep(0.2)
 
 
+def warm_up_market(
+    http: str, n_drafters: int, ask_one: Callable[[int], object], max_jobs: int, *, judge_all: bool = False
+) -> int:
+    """Short jobs ``ask_one(i)`` (i = 0, 1, ...; not measured) until the target at ``http`` has
+    given every one of its ``n_drafters`` drafters a job and judged one that is not benched (its
+    ``judge_after_tokens`` offered), or with ``judge_all`` judged every one. A job asks at most one
+    untried drafter, so a market reaches its steady state only after a few; returns the jobs sent
+    (at most ``max_jobs``)."""
+    from node.target.config import TargetConfig
+
+    judge_after = TargetConfig.judge_after_tokens  # the benchmarks' targets run with the default
+    for i in range(max_jobs):
+        ask_one(i)
+        rows = list(http_json(f"{http}/health")["drafters"].values())
+        judged = [max(r["offered"], r["proposed"]) >= judge_after and not r["benched"] for r in rows]
+        tried = len(rows) >= n_drafters and all(row["jobs"] for row in rows)
+        if tried and (all(judged) if judge_all else any(judged)):
+            return i + 1
+    return max_jobs
+
+
 class ProcessGroup:
     """Children started inside ``with ProcessGroup() as group`` are all stopped when it exits."""
 
@@ -197,6 +218,8 @@ class ProcessGroup:
         """Start several children in parallel (their start-up is mostly imports and model loading).
         Each ``starter(group=self)`` joins the group the moment its process exists; a start-up
         error is raised as soon as it is seen, and the others are stopped with the group."""
+        if not starters:
+            return []
         pool = ThreadPoolExecutor(max_workers=len(starters))
         try:
             futures = [pool.submit(start, group=self) for start in starters]

@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from market.policy import PolicyConfig
 from node.lab.bench_serve import P95_GOAL, THROUGHPUT_GOAL
 from node.lab.bench_trees import END_TO_END_GOAL, TOKENS_PER_PASS_GOAL
+from node.target.config import TargetConfig
 
-SERVE_JSON, TREES_JSON = "bench_serve.json", "bench_trees.json"
+JUDGE_AFTER, MIN_MATCH_RATE = TargetConfig.judge_after_tokens, PolicyConfig.min_match_rate
+
+SERVE_JSON, TREES_JSON, TREES_P2P_JSON = "bench_serve.json", "bench_trees.json", "bench_trees_p2p.json"
 
 # why the goals are missed on a 2-core CPU (docs/target-performance.md, "Serving many clients")
 SERVE_WHY = (
@@ -23,8 +27,13 @@ SERVE_WHY = (
     "cannot shrink."
 )
 TREES_WHY = (
-    "The 0.5B draft already accepts most of each block, and prompt lookup finds a 2-token match the draft "
-    "missed only rarely on these prompts, while every node of the tree widens the pass."
+    "The 0.5B draft already accepts most of each block, and prompt lookup rarely finds a match the draft "
+    "missed on these prompts (they ask for new code and prose, not edits of the prompt), while every node of "
+    "the tree widens the pass."
+)
+TREES_P2P_WHY = (
+    "A prompt-lookup peer answers with 1-token matches too, which add nodes that are almost never accepted, "
+    "and the market benches it once its match rate falls under its floor."
 )
 
 
@@ -81,7 +90,13 @@ def serve_section(report: dict) -> str:
 
 def trees_section(report: dict) -> str:
     rows = [
-        [mode, f"{r['tokens_per_pass']:.3f}", f"{r['ms_per_token']:.1f}", "yes" if r["identical"] else "NO"]
+        [
+            mode,
+            f"{r['tokens_per_pass']:.3f}",
+            f"{r['rows_per_pass']:.2f}" if "rows_per_pass" in r else "-",
+            f"{r['ms_per_token']:.1f}",
+            "yes" if r["identical"] else "NO",
+        ]
         for mode, r in report["modes"].items()
     ]
     goals = [
@@ -93,23 +108,61 @@ def trees_section(report: dict) -> str:
         _goal(f"tree / {report['best_single']}, end to end", report["tree_speed_ratio"], END_TO_END_GOAL),
     ]
     missed = any("missed" in g for g in goals)
+    p2p = report.get("transport") == "libp2p"
+    where = (
+        "over libp2p: a target process per mode, the 0.5B draft and prompt lookup each a drafter peer of its own"
+        if p2p
+        else "in process on the served kernel"
+    )
+    credits = "; ".join(
+        f"{mode}: " + ", ".join(f"{who} {n}" for who, n in sorted(c.items()))
+        for mode, c in report.get("credits", {}).items()
+        if c
+    )
     return "\n\n".join(
-        [
-            "## Trees of drafts (`specmarket bench-trees`)",
+        part
+        for part in [
+            f"## Trees of drafts (`specmarket bench-trees{' --p2p' if p2p else ''}`)",
             f"On {_cpu(report)}: {report['prompts']} prompts (code, then chat), {report['tokens']} tokens, "
             f"T = {report['temperature']}, "
-            f"γ = {report['gamma']}, trees of up to {report['tree_nodes']} nodes, in process on the served kernel.",
-            _table(["mode", "tokens per pass", "ms per token", "output = plain"], rows),
+            f"γ = {report['gamma']}, trees of up to {report['tree_nodes']} nodes, {where}.",
+            _table(["mode", "tokens per pass", "rows per pass", "ms per token", "output = plain"], rows),
             "\n".join(goals),
-            f"Why: {TREES_WHY}" if missed else "",
+            f"Tokens credited to each drafter peer: {credits}." if credits else "",
+            _benched(report),
+            f"Why: {_trees_why(report)}" if missed else "",
         ]
+        if part
     )
+
+
+def _trees_why(report: dict) -> str:
+    """Why a tree goal was missed: the drafts' overlap, and what the tree's extra rows cost (measured)."""
+    tree, best = report["modes"]["tree"], report["modes"][report["best_single"]]
+    if "rows_per_pass" not in tree:
+        return TREES_WHY
+    peer = f" {TREES_P2P_WHY}" if report.get("transport") == "libp2p" else ""
+    return (
+        f"{TREES_WHY}{peer} Here a tree pass scored {tree['rows_per_pass']:.2f} rows against "
+        f"{best['rows_per_pass']:.2f} for {report['best_single']} alone, and passes are compute-bound past a "
+        "few rows on this CPU (docs/target-performance.md)."
+    )
+
+
+def _benched(report: dict) -> str:
+    """The drafter peers the market had benched when a mode ended (p2p runs), as the report's line."""
+    benched = report.get("benched_at_end", {})
+    if not benched:
+        return ""
+    modes = "; ".join(f"{mode}: {', '.join(peers)}" for mode, peers in benched.items())
+    floor = f"a match rate under {MIN_MATCH_RATE:.0%} over their last {JUDGE_AFTER} or more offered tokens"
+    return f"Benched by the market when the mode ended ({floor}; an empty answer offers γ tokens): {modes}."
 
 
 def serving_sections(out: Path) -> str:
     """The sections for the benchmark JSON found in ``out`` (empty when there is none)."""
     parts = []
-    for name, render in ((SERVE_JSON, serve_section), (TREES_JSON, trees_section)):
+    for name, render in ((SERVE_JSON, serve_section), (TREES_JSON, trees_section), (TREES_P2P_JSON, trees_section)):
         if (out / name).is_file():
             parts.append(render(json.loads((out / name).read_text())))
     return "\n\n".join(parts)

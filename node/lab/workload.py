@@ -87,6 +87,15 @@ def ask(http: str, text: str, chat: bool, **kw) -> dict:
     return complete(http, text, **kw)
 
 
+def job_rounds(http: str, job: str) -> list[dict]:
+    """One answer's draft rounds, as the target recorded them (node.target.draft_timing.RoundRecord)."""
+    import urllib.parse
+
+    from node.client.http import http_json
+
+    return http_json(f"{http}/api/jobs/{urllib.parse.quote(job, safe='')}/rounds")["rounds"]
+
+
 # the networked demo's two serving modes (a speculating and a plain bonded target)
 WITH_SPECULATION, WITHOUT_SPECULATION = "with_speculation", "without_speculation"
 MODES = (WITH_SPECULATION, WITHOUT_SPECULATION)
