@@ -203,15 +203,12 @@ class MarketProposer(DraftIntake):
         return scope.cancelled_caught
 
     async def _wait_for_drafts(self, ranked: list[str], ends: float) -> bool:
-        """Until the best-ranked live drafter has answered (with trees: every trusted one, since each
-        answer is a branch of the tree), all have, or the deadline passes (True)."""
+        """Until the best-ranked live drafter has answered, all have, or the deadline passes (True)."""
         by_peer = self._by_peer()
-        first_closes = not self.tree_nodes  # a chain verifies the best-ranked draft alone
 
         def answered() -> bool:  # a draft that arrived before its stream ended still counts (see _choose)
             waiting = [by_peer[p] for p in ranked if by_peer[p].alive or by_peer[p].pending is not None]
-            first = bool(waiting) and first_closes and waiting[0].pending is not None
-            return not waiting or first or all(s.pending for s in waiting)
+            return not waiting or waiting[0].pending is not None or all(s.pending for s in waiting)
 
         return await self._wait_until(answered, ends)
 
