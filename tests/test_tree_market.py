@@ -6,8 +6,8 @@ draft twice) to be paid twice, and a cheap drafter that answers at once with a l
 the credit from the drafter that did the work; neither earns what a better-ranked drafter already
 proposed. With trees as without, a round closes once the best-ranked drafter has answered: a
 slower drafter's draft joins the tree only if it is already there, so it never costs the round
-time. The round's sessions are driven directly (their drafts set as the intake files them), with the market's real
-registry, policy and settle."""
+time. The round's sessions are driven directly (their drafts set as the intake files them), with
+the market's real registry, policy and settle."""
 
 from __future__ import annotations
 

@@ -281,9 +281,7 @@ def _add_bench_serve(sub) -> None:
             "(spec), and with the same drafts recorded beforehand, as from drafter peers on other machines "
             "(remote); each with its passes its own and shared among jobs (batched verification). Prints "
             "aggregate tokens/s and p50/p95 latency per token for each, and checks every output against plain "
-            "decoding's; writes JSON with --out. With --p2p, the same over libp2p: a target process per mode "
-            "and the drafters as peers of their own (the 0.5B draft, --strategy honest; prompt lookup, "
-            "--strategy lookup), merged into one tree when both answer a round."
+            "decoding's; writes JSON with --out."
         ),
     )
     p.add_argument("--tokens", type=_positive, default=64, help="tokens per client (default 64)")

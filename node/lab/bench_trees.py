@@ -103,14 +103,15 @@ def ratios(modes: dict[str, dict]) -> dict:
     }  # fmt: skip
 
 
-def _rows(row: dict) -> str:
+def rows_cell(row: dict) -> str:
+    """A mode's rows per pass as printed (bench-trees and the report)."""
     return f"{row['rows_per_pass']:.2f}" if "rows_per_pass" in row else "-"  # (no draft rounds: none measured)
 
 
 def print_report(report: dict) -> None:
     print(f"{'mode':<8} {'tok/pass':>9} {'rows/pass':>10} {'ms/token':>9}  identical to plain")
     for mode, r in report["modes"].items():
-        print(f"{mode:<8} {r['tokens_per_pass']:>9.3f} {_rows(r):>10} {r['ms_per_token']:>9.1f}  {r['identical']}")
+        print(f"{mode:<8} {r['tokens_per_pass']:>9.3f} {rows_cell(r):>10} {r['ms_per_token']:>9.1f}  {r['identical']}")
     print(
         f"tree / best single drafter ({report['best_single']}): {report['tree_tokens_per_pass_ratio']:.3f}x tokens "
         f"per pass (goal {TOKENS_PER_PASS_GOAL}), {report['tree_speed_ratio']:.3f}x end to end (goal {END_TO_END_GOAL})"

@@ -30,7 +30,7 @@ from node.lab.bench_local import write_json
 from node.lab.bench_trees import print_report, ratios
 from node.lab.demo_net import MAX_WARM_UP_JOBS_PER_DRAFTER, WARM_UP_SEED
 from node.lab.procs import ProcessGroup, core_split, start_drafter, start_target, wait_for_drafters, warm_up_market
-from node.lab.workload import WORKLOADS, ask, job_rounds
+from node.lab.workload import WORKLOADS, ask, credited, job_rounds
 from node.model.kernels import cpu_summary
 from verifier.tree import DEFAULT_TREE_NODES
 
@@ -62,12 +62,10 @@ def progress(message: str) -> None:
 def _serve(http: str, prompts: tuple[str, ...], settings: dict, mode: str) -> dict:
     """Every prompt once, one after the other; tokens per pass counts neither the prefill pass nor
     the token it emits (as bench-trees does in process)."""
+    chat, tokens, temperature = WORKLOADS[settings["pair"]].chat, settings["tokens"], settings["temperature"]
     answers, started = [], time.perf_counter()
     for i, prompt in enumerate(tqdm(prompts, desc=mode, unit="prompt", file=sys.stderr)):
-        seed, chat = settings["seed"] + i, WORKLOADS[settings["pair"]].chat
-        answers.append(
-            ask(http, prompt, chat, seed=seed, max_tokens=settings["tokens"], temperature=settings["temperature"])
-        )
+        answers.append(ask(http, prompt, chat, seed=settings["seed"] + i, max_tokens=tokens, temperature=temperature))
     seconds = time.perf_counter() - started
     outputs = [list(a["specmarket"]["tokens"]) for a in answers]
     emitted = sum(len(o) for o in outputs)
@@ -75,10 +73,6 @@ def _serve(http: str, prompts: tuple[str, ...], settings: dict, mode: str) -> di
     # rows a verification pass scored: each round's verified nodes and the token before them (the
     # engine's positions also count each prompt's prefill, which the prefix cache shortens)
     rounds = [r for a in answers for r in job_rounds(http, a["specmarket"]["job"])]
-    credits: dict[str, int] = {}
-    for a in answers:
-        for peer, n in a["specmarket"]["credits"].items():
-            credits[peer] = credits.get(peer, 0) + n
     return {
         "outputs": outputs,
         "tokens": emitted,
@@ -86,7 +80,7 @@ def _serve(http: str, prompts: tuple[str, ...], settings: dict, mode: str) -> di
         **({"rows_per_pass": round(sum(r["drafted"] + 1 for r in rounds) / len(rounds), 3)} if rounds else {}),
         "ms_per_token": round(1000 * seconds / max(1, emitted), 2),
         "lookup_tokens_accepted": sum(a["specmarket"]["stats"].get("lookup_tokens_accepted", 0) for a in answers),
-        "credits": credits,
+        "credits": credited(answers),
     }
 
 

@@ -44,7 +44,7 @@ from node.lab.procs import (
     wait_for_drafters,
     warm_up_market,
 )
-from node.lab.workload import MODES, ask, job_rounds, prompt_ids
+from node.lab.workload import MODES, ask, credited, job_rounds, prompt_ids
 from node.model.kernels import cpu_summary
 from node.model.pairs import get_pair
 from node.runtime.lifecycle import sigterm_unwinds
@@ -251,10 +251,7 @@ def _serve_and_compare(urls: dict, cfg: NetDemoConfig) -> dict:
     _warm_up(urls, cfg)
     with_spec = _ask_all(urls["spec"], cfg, "with speculation")
     without = _ask_all(urls["plain"], cfg, "without speculation")
-    credits: dict[str, int] = {}
-    for a in with_spec:
-        for peer, n in a["specmarket"]["credits"].items():
-            credits[peer] = credits.get(peer, 0) + n
+    credits = credited(with_spec)
     identical = [a["specmarket"]["tokens"] for a in with_spec] == [a["specmarket"]["tokens"] for a in without]
     spec_row = _mode_row(with_spec)
     spec_row["rounds"] = [r for a in with_spec for r in job_rounds(urls["spec"], a["specmarket"]["job"])]

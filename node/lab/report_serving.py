@@ -11,7 +11,7 @@ from pathlib import Path
 
 from market.policy import PolicyConfig
 from node.lab.bench_serve import P95_GOAL, THROUGHPUT_GOAL
-from node.lab.bench_trees import END_TO_END_GOAL, TOKENS_PER_PASS_GOAL
+from node.lab.bench_trees import END_TO_END_GOAL, TOKENS_PER_PASS_GOAL, rows_cell
 from node.target.config import TargetConfig
 
 JUDGE_AFTER, MIN_MATCH_RATE = TargetConfig.judge_after_tokens, PolicyConfig.min_match_rate
@@ -93,7 +93,7 @@ def trees_section(report: dict) -> str:
         [
             mode,
             f"{r['tokens_per_pass']:.3f}",
-            f"{r['rows_per_pass']:.2f}" if "rows_per_pass" in r else "-",
+            rows_cell(r),
             f"{r['ms_per_token']:.1f}",
             "yes" if r["identical"] else "NO",
         ]

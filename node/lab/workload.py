@@ -87,6 +87,15 @@ def ask(http: str, text: str, chat: bool, **kw) -> dict:
     return complete(http, text, **kw)
 
 
+def credited(answers: list[dict]) -> dict[str, int]:
+    """Peer id -> the draft tokens credited to it over ``answers`` (each answer's ``credits``)."""
+    total: dict[str, int] = {}
+    for answer in answers:
+        for peer, n in answer["specmarket"]["credits"].items():
+            total[peer] = total.get(peer, 0) + n
+    return total
+
+
 def job_rounds(http: str, job: str) -> list[dict]:
     """One answer's draft rounds, as the target recorded them (node.target.draft_timing.RoundRecord)."""
     import urllib.parse
