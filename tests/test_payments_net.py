@@ -25,6 +25,7 @@ from eth_account import Account
 from node.chain.deployment import dev_address, dev_key, format_ether
 from node.chain.escrow import EscrowClient
 from node.chain.keys import write_key
+from node.lab.workload import credited
 from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_target, wait_for_drafters
 
 PRICE_WEI = 10**9  # per accepted token
@@ -49,14 +50,6 @@ def wait_for_earnings(data_dir: Path, target: str, wei: int) -> dict:
         if account.get("earned_wei", 0) >= wei or time.monotonic() > deadline:
             return account
         time.sleep(0.1)
-
-
-def credits_by_peer(answers: list[dict]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for answer in answers:
-        for peer, accepted in answer["specmarket"]["credits"].items():
-            totals[peer] = totals.get(peer, 0) + accepted
-    return totals
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +95,7 @@ def peer(node) -> str:
 def test_ledger_and_wallets_agree_and_the_liar_earns_nothing(paid_net):
     _, tmp, target, drafters, answers = paid_net
     target_peer = peer(target)
-    credits = credits_by_peer(answers)
+    credits = credited(answers)
     assert sum(credits.get(peer(drafters[n]), 0) for n in HONEST) > 0, "no honest token accepted: nothing tested"
     health = http_json(f"{target.lines['http'][0]}/health")
     assert health["operator"]["payments"]["price_wei"] == PRICE_WEI
@@ -122,7 +115,7 @@ def test_ledger_and_wallets_agree_and_the_liar_earns_nothing(paid_net):
 
 def test_redeem_pays_exactly_the_accepted_tokens(paid_net):
     chain, tmp, target, drafters, answers = paid_net
-    credits = credits_by_peer(answers)
+    credits = credited(answers)
     escrow = EscrowClient(chain.client.w3, chain.deployment.escrow)
     operator = Account.from_key(_operator_key(tmp)).address
     w3 = chain.client.w3
