@@ -3,8 +3,9 @@
 Drafters post no bond and are never slashed: a bad drafter only loses the chance to draft. A
 peer is *benched* (not asked) when, after ``min_tokens_to_judge`` tokens, its match rate is below
 ``min_match_rate``, or when it fails ``max_consecutive_failures`` rounds in a row. Each bench
-lasts twice as long as the previous one (capped). Benching starts a fresh trial window, so a
-drafter that improved can come back, while one that stays bad sits out ever longer.
+lasts twice as long as the previous one (capped). The window a peer was benched on stays as judged
+for the bench (``Registry.snapshot`` shows it beside the reason), and its end starts a fresh trial
+window, so a drafter that improved can come back, while one that stays bad sits out ever longer.
 
 Score (what ranking sorts by, best first)::
 
@@ -103,7 +104,7 @@ class Policy:
         s = registry.stats(peer_id)
         now = self._clock()
         if s.benched_until > now:
-            return  # already sitting out; stray late results go to its next trial
+            return  # already sitting out; stray late results count for its lifetime only
         reason = self._bench_reason(s)
         if reason is not None:
             self._bench(peer_id, s, now, reason)
@@ -121,7 +122,7 @@ class Policy:
         duration = self.config.bench_duration(s.bench_count)
         s.benched_until = now + duration
         s.bench_reason = reason
-        s.reset_window()  # the peer is judged afresh when it comes back
+        s.window_closed = True  # kept as judged for the bench; the registry empties it when the bench ends
         log.info("benching drafter %s for %.0fs (bench #%d): %s", peer_id, duration, s.bench_count, reason)
 
     def is_benched(self, stats: DrafterStats) -> bool:

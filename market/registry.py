@@ -48,8 +48,11 @@ def check_count(name: str, value: object) -> int:
 class DrafterStats:
     """Running score of one drafter (mutable; owned by the ``Registry``).
 
-    ``proposed`` and ``matched`` are the current *trial window*: ``market.policy`` empties them when
-    it benches the peer, so it is judged afresh when the bench ends. ``lifetime_*`` never reset.
+    ``offered``, ``proposed``, ``matched``, ``waited_s`` and ``consecutive_failures`` are the current
+    *trial window*. ``market.policy`` closes it when it benches the peer: during the bench the window
+    stays as it was judged (what /health shows beside ``bench_reason``, and nothing a stray late
+    result changes), and the ``Registry`` empties it when the bench ends, so the peer is judged
+    afresh. ``lifetime_*`` never reset.
     """
 
     rounds: int = 0  # rounds in which the peer's draft arrived in time
@@ -73,6 +76,7 @@ class DrafterStats:
     lifetime_matched: int = 0
 
     waited_s: float = 0.0  # seconds the target waited for this peer's in-time drafts (window)
+    window_closed: bool = False  # benched on this window: kept as judged until the bench ends, then emptied
 
     @property
     def match_rate(self) -> float:
@@ -107,6 +111,7 @@ class DrafterStats:
         self.matched = 0
         self.waited_s = 0.0
         self.consecutive_failures = 0
+        self.window_closed = False
 
 
 @dataclass(frozen=True)
@@ -197,7 +202,11 @@ class Registry:
         return self._info[self._known(peer_id)]
 
     def stats(self, peer_id: str) -> DrafterStats:
-        return self._stats[self._known(peer_id)]
+        """The peer's stats; a window closed by a bench that is over is emptied first (a new trial)."""
+        s = self._stats[self._known(peer_id)]
+        if s.window_closed and s.benched_until <= self._clock():
+            s.reset_window()
+        return s
 
     def __contains__(self, peer_id: object) -> bool:
         return peer_id in self._info
@@ -233,14 +242,15 @@ class Registry:
             sample_ms = latency_s * 1000.0
             old_ms = sample_ms if s.latency_ms is None else s.latency_ms
             s.latency_ms = (1 - LATENCY_EWMA_ALPHA) * old_ms + LATENCY_EWMA_ALPHA * sample_ms
-            s.waited_s += latency_s
         s.rounds += 1
-        s.offered += offered
-        s.proposed += proposed
-        s.matched += matched
         s.lifetime_proposed += proposed
         s.lifetime_matched += matched
-        s.consecutive_failures = 0
+        if not s.window_closed:  # benched: a stray late draft counts for its lifetime only
+            s.waited_s += latency_s or 0.0
+            s.offered += offered
+            s.proposed += proposed
+            s.matched += matched
+            s.consecutive_failures = 0
         self._touch(peer_id)
 
     def record_accepted(self, peer_id: str, accepted: int) -> None:
@@ -250,7 +260,8 @@ class Registry:
     def record_timeout(self, peer_id: str) -> None:
         s = self.stats(peer_id)
         s.timeouts += 1
-        s.consecutive_failures += 1
+        if not s.window_closed:  # benched: the streak it was judged on stays as it was
+            s.consecutive_failures += 1
 
     def record_late(self, peer_id: str) -> None:
         """The round closed on a better-ranked draft before the deadline; not held against the peer."""
@@ -260,7 +271,8 @@ class Registry:
         """A protocol violation or dropped stream; ``reason`` is kept for /health."""
         s = self.stats(peer_id)
         s.errors += 1
-        s.consecutive_failures += 1
+        if not s.window_closed:
+            s.consecutive_failures += 1
         s.last_error = str(reason)[:200]
         log.debug("drafter %s error: %s", peer_id, s.last_error)
 
@@ -290,14 +302,15 @@ class Registry:
     # -- export ----------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, dict]:
-        """JSON-ready per-peer stats, keyed by peer id (for /health and /metrics)."""
+        """JSON-ready per-peer stats, keyed by peer id (for /health and /metrics). A benched peer's
+        window, ``match_rate`` included, is the one its ``bench_reason`` judged."""
         now = self._clock()
         out: dict[str, dict] = {}
         for peer_id in self.peers():
-            info, s = self._info[peer_id], self._stats[peer_id]
+            info, s = self._info[peer_id], self.stats(peer_id)
             row = asdict(s)
-            row.pop("benched_until")
-            row.pop("busy_until")
+            for internal in ("benched_until", "busy_until", "window_closed"):
+                row.pop(internal)
             row.update(
                 addrs=list(info.addrs),
                 seen_ago_s=round(now - info.last_seen, 3),

@@ -14,9 +14,10 @@ REQUEST_TIMEOUT_S.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import multiaddr
@@ -77,6 +78,56 @@ class Registration:
 Relocate = Callable[[], Awaitable[PeerInfo | None]]  # where the bootstrap peer is now, if known
 
 
+@dataclass
+class PointLink:
+    """What a drafter knows of its rendezvous point, shared by ``announce`` and ``withdraw``: a point
+    that stops answering after a registration is gone, which is said once, at INFO."""
+
+    registered: bool = False  # it registered at least once (a failure before that is a WARNING)
+    gone: str = ""  # why the point stopped answering after a registration ("": it answers)
+
+    def failed(self, peer_id: ID, exc: BaseException, delay: float) -> None:
+        """A registration failed; log it (once at INFO for a point that is gone)."""
+        why = str(exc) or type(exc).__name__
+        if not self.registered:  # it never answered: a wrong address, or it is not up yet
+            log.warning("registering with %s failed (%s); retrying in %.1f s", peer_id, why, delay)
+        elif not self.gone:
+            self.gone = why
+            log.info("%s is gone (%s); registering again once it answers", peer_id, why)
+        else:
+            log.debug("registering with %s failed (%s); retrying in %.1f s", peer_id, why, delay)
+
+
+_QUIET = contextvars.ContextVar("specmarket_quiet_libp2p", default=False)
+
+
+class _QuietLibp2p(logging.Filter):
+    """In a task that talks to a point that may be gone, py-libp2p's records become DEBUG records,
+    shown only with -v: the task's own line says what failed, once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _QUIET.get() or record.levelno <= logging.DEBUG:
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
+_QUIET_FILTER = _QuietLibp2p()
+
+
+@contextlib.contextmanager
+def _quiet_libp2p() -> Iterator[None]:
+    """py-libp2p's log records from this task (and the tasks it starts) at DEBUG, for the block."""
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if name.startswith("libp2p") and isinstance(logger, logging.Logger) and _QUIET_FILTER not in logger.filters:
+            logger.addFilter(_QUIET_FILTER)
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
 async def _register_once(host: IHost, bootstrap: PeerInfo, namespace: str) -> None:
     network = host.get_network()
     if isinstance(network, Swarm):  # we retry on our own schedule: py-libp2p's 60 s dial block is in the way
@@ -87,14 +138,17 @@ async def _register_once(host: IHost, bootstrap: PeerInfo, namespace: str) -> No
         await RendezvousClient(host, bootstrap.peer_id).register(namespace, ttl=REGISTRATION_TTL_S)
 
 
-async def _until_refresh_or_dropped(host: IHost, peer_id: ID) -> None:
-    """Until the registration is due for a refresh, or the connection to the rendezvous point
-    drops (it restarted, and a restarted point has forgotten every registration)."""
+async def _until_refresh_or_dropped(host: IHost, peer_id: ID) -> bool:
+    """Until the registration is due for a refresh (False), or the connection to the rendezvous
+    point drops (True: it restarted, and a restarted point has forgotten every registration, or it
+    is gone)."""
     with trio.move_on_after(REFRESH_EVERY_S):
         await trio.sleep(REREGISTER_MIN_GAP_S)
         while host.get_network().get_connections(peer_id):
             await trio.sleep(CONNECTED_POLL_S)
-        log.info("lost the connection to %s; registering again", peer_id)
+        log.debug("lost the connection to %s; registering again", peer_id)
+        return True
+    return False
 
 
 async def _moved(host: IHost, relocate: Relocate, bootstrap: PeerInfo) -> PeerInfo | None:
@@ -114,6 +168,7 @@ async def announce(
     namespace: str,
     *,
     relocate: Relocate | None = None,
+    link: PointLink | None = None,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Register with the rendezvous point and keep the registration fresh, forever.
@@ -121,12 +176,15 @@ async def announce(
     Retries with exponential backoff while the bootstrap peer is unreachable, and registers again
     as soon as the connection to it drops (the target restarted). After RELOCATE_AFTER failures in
     a row, ``relocate()`` (if given) may say where the peer is now (same peer id, other addresses).
-    Signals ``task_status.started()`` after the first successful registration.
+    Signals ``task_status.started()`` after the first successful registration. ``link`` (shared
+    with ``withdraw``) records whether the point is gone.
     """
-    delay, started, failures = RETRY_BASE_S, False, 0
+    link = link if link is not None else PointLink()
+    delay, failures, dropped = RETRY_BASE_S, 0, False
     while True:
         try:
-            await _register_once(host, bootstrap, namespace)
+            with _quiet_libp2p() if link.registered else contextlib.nullcontext():
+                await _register_once(host, bootstrap, namespace)
         except (trio.TooSlowError, RendezvousError, BaseLibp2pError, OSError, ValueError) as exc:
             failures += 1
             moved = None
@@ -135,16 +193,17 @@ async def announce(
             if moved is not None:  # try the new address at once
                 bootstrap, delay = moved, RETRY_BASE_S
                 continue
-            log.warning("registering with %s failed (%s); retrying in %.1f s", bootstrap.peer_id, exc, delay)
+            link.failed(bootstrap.peer_id, exc, delay)
             await trio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
             continue
-        if not started:
+        if not link.registered:
             task_status.started()
-            started = True
-        log.info("registered with %s under %s", bootstrap.peer_id, namespace)
+        again = " again (the connection had dropped)" if dropped else ""
+        log.info("registered with %s under %s%s", bootstrap.peer_id, namespace, again)
+        link.registered, link.gone = True, ""
         delay, failures = RETRY_BASE_S, 0
-        await _until_refresh_or_dropped(host, bootstrap.peer_id)
+        dropped = await _until_refresh_or_dropped(host, bootstrap.peer_id)
 
 
 async def _redial_if_closed(host: IHost, bootstrap: PeerInfo) -> None:
@@ -161,14 +220,16 @@ async def _redial_if_closed(host: IHost, bootstrap: PeerInfo) -> None:
     await network.dial_peer(bootstrap.peer_id)
 
 
-async def withdraw(host: IHost, bootstrap: PeerInfo, namespace: str) -> None:
+async def withdraw(host: IHost, bootstrap: PeerInfo, namespace: str, link: PointLink | None = None) -> None:
     """Best-effort unregistration on shutdown, so the target forgets us at once (not after the TTL).
 
     Unregister has no response in the protocol, so we confirm with a discover round trip that our
-    registration is gone before returning (and before the caller closes the connection).
+    registration is gone before returning (and before the caller closes the connection). A point
+    that is gone is said so in one INFO line (none more when ``link`` already said it).
     """
     client = RendezvousClient(host, bootstrap.peer_id)
-    with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True) as scope:
+    said = link is not None and bool(link.gone)
+    with trio.move_on_after(UNREGISTER_TIMEOUT_S, shield=True) as scope, _quiet_libp2p():
         try:
             await _redial_if_closed(host, bootstrap)
             await client.unregister(namespace)
@@ -176,9 +237,9 @@ async def withdraw(host: IHost, bootstrap: PeerInfo, namespace: str) -> None:
                 await trio.sleep(0.05)
             log.info("unregistered from %s", bootstrap.peer_id)
         except (RendezvousError, BaseLibp2pError, OSError) as exc:
-            log.info("could not unregister from %s: %s", bootstrap.peer_id, exc)
+            (log.debug if said else log.info)("%s is gone (%s); not unregistering", bootstrap.peer_id, exc)
     if scope.cancelled_caught:
-        log.info(
+        (log.debug if said else log.info)(
             "unregistering from %s timed out; the registration expires in %d s", bootstrap.peer_id, REGISTRATION_TTL_S
         )
 

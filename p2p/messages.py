@@ -31,7 +31,7 @@ from verifier.proposal import MAX_GAMMA
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
 DRAFT_PROTOCOL_ID = "/specmarket/draft/3.0.0"  # 3.0.0: price, payout address, accepted counts, vouchers
-GENERATE_PROTOCOL_ID = "/specmarket/generate/1.0.0"
+GENERATE_PROTOCOL_ID = "/specmarket/generate/1.1.0"  # 1.1.0: answers end at end-of-sequence unless ignore_eos
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile
 MAX_CONTEXT_TOKENS = 8192
 MAX_JOB_ID_BYTES = 64
@@ -117,7 +117,8 @@ class Draft:
 
 @dataclass(frozen=True)
 class Request:
-    """client -> target: generate ``max_new_tokens`` after ``prompt``; seed None = the target picks."""
+    """client -> target: generate up to ``max_new_tokens`` after ``prompt``, ending at the model's
+    end-of-sequence tokens unless ``ignore_eos``; seed None = the target picks."""
 
     prompt: str
     max_new_tokens: int
@@ -125,6 +126,7 @@ class Request:
     top_k: int
     top_p: float
     seed: int | None
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,16 @@ def _request(body: dict, vocab: int, max_gamma: int) -> Request:
         _int(body, "top_k", 0, vocab),
         _float(body, "top_p", 1e-9, 1.0),
         seed,
+        _flag(body, "ignore_eos"),
     )
+
+
+def _flag(body: dict, name: str) -> bool:
+    """A boolean field; anything but true or false is refused."""
+    value = body[name]
+    if not isinstance(value, bool):
+        raise InvalidMessage(f"field {name!r} must be a boolean, got {type(value).__name__}")
+    return value
 
 
 def _draft(body: dict, vocab: int, max_gamma: int) -> Draft:

@@ -37,6 +37,7 @@ REQUEST_BODY = {
     "top_k": 0,
     "top_p": 1.0,
     "seed": None,
+    "ignore_eos": False,
 }
 # a draft for k = 2 that names the two tokens it assumes were emitted before it (see test_remote_fuzz)
 DRAFT_BODY = {"type": "draft", "job": "job-1", "start": 2, "tokens": [1, 2, 3], "basis": [17, 99], "draft_ms": 1.5}

@@ -123,6 +123,8 @@ def cheating_answer(tmp_path, chain, cheat: str, seed: int) -> tuple[dict, Signe
 
 
 def test_flip_token_operator_is_challenged_resolved_and_slashed(chain, tmp_path):
+    from node.target.engine import flip_position
+
     answer, signed = cheating_answer(tmp_path, chain, "flip-token", seed=5)
     operator = signed.receipt.operator
     path = tmp_path / "cheat.json"
@@ -130,7 +132,7 @@ def test_flip_token_operator_is_challenged_resolved_and_slashed(chain, tmp_path)
     out = json.loads(
         run_script("challenge", "--pair", "tiny", "--receipt", str(path), "--json", *chain.cli_args()).stdout
     )
-    assert out["first_wrong"] == MAX_TOKENS // 2 and out["margin"] > TOLERANCE_DELTA
+    assert out["first_wrong"] == flip_position(signed.request) and out["margin"] > TOLERANCE_DELTA
     cid = out["challenge_id"]
     challenger = dev_address(DEV_CHALLENGER)
     credits_before = chain.client.credits(challenger)

@@ -53,6 +53,7 @@ def random_request(rng: random.Random) -> tuple[RequestSpec, tuple[int, ...]]:
         rng.randrange(1 << 32),
         rng.randrange(1 << 32),
         rng.randrange(1 << 32),
+        tuple(sorted(rng.sample(range(1 << 32), rng.randrange(0, 4)))),  # stop tokens, some with none
     )
     return spec, output
 
@@ -61,7 +62,7 @@ def test_hashes_match_the_contract(chain):
     rng = random.Random(7)
     for _ in range(N_RANDOM_CASES):
         spec, output = random_request(rng)
-        assert chain.client.call("hashRequest", list(spec.prompt), *spec.params_tuple()) == spec.hash()
+        assert chain.client.call("hashRequest", list(spec.prompt), spec.params_tuple()) == spec.hash()
         assert chain.client.call("hashOutput", list(output)) == hash_tokens(output)
     assert hash_tokens(()) == keccak(b"")  # the contract's empty-array convention
 
@@ -230,7 +231,8 @@ def test_receipt_json_round_trip_and_rejects_malformed(chain, tmp_path):
     good = signed.to_json()
     bad_cases = [
         {**good, "format": 1},  # before store nonces: refused, not misread
-        {**good, "format": 3},
+        {**good, "format": 2},  # before stop tokens: refused, not misread
+        {**good, "format": 4},
         {**good, "receipt": {k: v for k, v in good["receipt"].items() if k != "store_nonce"}},
         {**good, "receipt": {**good["receipt"], "store_nonce": 2**64}},
         {**good, "signature": "0x1234"},
@@ -240,6 +242,10 @@ def test_receipt_json_round_trip_and_rejects_malformed(chain, tmp_path):
         {**good, "receipt": {**good["receipt"], "operator": "not an address"}},
         {**good, "request": {**good["request"], "seed": 2**64}},
         {**good, "request": {**good["request"], "top_k": True}},
+        {**good, "request": {k: v for k, v in good["request"].items() if k != "stop_tokens"}},
+        {**good, "request": {**good["request"], "stop_tokens": [7, 3]}},  # not ascending
+        {**good, "request": {**good["request"], "stop_tokens": [3, 3]}},  # duplicates
+        {**good, "request": {**good["request"], "stop_tokens": list(range(17))}},  # too many
         {k: v for k, v in good.items() if k != "request"},
         [good],
     ]
@@ -249,6 +255,17 @@ def test_receipt_json_round_trip_and_rejects_malformed(chain, tmp_path):
     tampered = SignedReceipt.from_json({**good, "output": [1, 3]})
     with pytest.raises(ReceiptError, match="output"):
         tampered.check()
+
+
+def test_the_stop_rule_is_part_of_the_request_hash_and_checkable():
+    """Two requests that differ only in their stop rule hash apart (a receipt names the rule that
+    ended its answer), and ``ended_by_rule`` tells an answer cut short or run past a stop token."""
+    ignore = RequestSpec.build([1, 2], SamplingParams(), 3, 4)
+    stops = RequestSpec.build([1, 2], SamplingParams(), 3, 4, stop_tokens=[9, 8])
+    assert stops.stop_tokens == (8, 9) and ignore.hash() != stops.hash()
+    assert ignore.ended_by_rule((5, 9, 5, 5)) and not ignore.ended_by_rule((5, 9))  # runs to max_tokens
+    assert stops.ended_by_rule((5, 9)) and stops.ended_by_rule((5, 5, 5, 5)) and stops.ended_by_rule((8,))
+    assert not stops.ended_by_rule((5, 9, 5)) and not stops.ended_by_rule((5, 5)) and not stops.ended_by_rule(())
 
 
 def test_quantized_params_are_what_the_receipt_names():

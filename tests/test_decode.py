@@ -57,13 +57,17 @@ def test_never_emits_more_than_max_new_tokens(max_new):
     assert len(result.tokens) == max_new
 
 
-def test_stop_token_ends_decoding_identically():
+@pytest.mark.parametrize("picks", [(5,), (9, 5), (3, 12)])
+def test_stop_tokens_end_decoding_at_the_first_one_identically(picks):
+    """Several end-of-sequence tokens (Qwen has two): the answer ends at whichever comes first,
+    plain and speculative alike, and is plain decoding's prefix up to it."""
     plain = decode_plain(MarkovLM(TABLE), [0], params=PARAMS, seed=4, max_new_tokens=40)
-    stop = plain.tokens[5]
-    cut = plain.tokens.index(stop) + 1
-    a = decode_plain(MarkovLM(TABLE), [0], params=PARAMS, seed=4, max_new_tokens=40, stop_token=stop)
-    b = _local_spec(4, 40, 4, stop_token=stop)
+    stops = {plain.tokens[i] for i in picks}
+    cut = min(plain.tokens.index(s) for s in stops) + 1
+    a = decode_plain(MarkovLM(TABLE), [0], params=PARAMS, seed=4, max_new_tokens=40, stop_tokens=stops)
+    b = _local_spec(4, 40, 4, stop_tokens=stops)
     assert a.tokens == b.tokens == plain.tokens[:cut]
+    assert a.tokens[-1] in stops and not stops & set(a.tokens[:-1])
 
 
 def test_streaming_callback_sees_every_token_in_order():

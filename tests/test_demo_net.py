@@ -13,6 +13,7 @@ import time
 import pytest
 
 from node.chain.deployment import DEFAULT_THRESHOLD, BondConfig
+from node.target.engine import FLIP_AT
 from verifier.tree import DEFAULT_TREE_NODES
 
 pytestmark = pytest.mark.slow(seconds=120)  # scheduled first (tests/conftest.py)
@@ -95,7 +96,7 @@ def check_trust_budget(result: dict) -> None:
         assert all(episode["first_wrong"] < w["target_positions"] < episode["audit_target_positions"] for w in work)
     spec, plain = episodes["with_speculation"], episodes["without_speculation"]
     assert spec["draft_tokens_accepted"] > 0 and plain["draft_tokens_accepted"] == 0  # the cheat did speculate
-    assert spec["first_wrong"] == plain["first_wrong"] == result["setup"]["max_tokens"] // 2
+    assert spec["first_wrong"] == plain["first_wrong"] == min(result["setup"]["max_tokens"] // 2, FLIP_AT)
     assert spec["audit_target_positions"] == plain["audit_target_positions"]
     referee_positions = {m: [w["target_positions"] for w in e["referee_work"]] for m, e in episodes.items()}
     assert referee_positions["with_speculation"] == referee_positions["without_speculation"]

@@ -67,7 +67,7 @@ def _stallers(portal, tmp_path, target) -> list:
 
 
 def _jobs(http: str, seeds) -> list[dict]:
-    return [complete(http, PROMPT, seed=s, max_tokens=MAX_TOKENS)["specmarket"] for s in seeds]
+    return [complete(http, PROMPT, seed=s, max_tokens=MAX_TOKENS, ignore_eos=True)["specmarket"] for s in seeds]
 
 
 def _median_wall(jobs: list[dict]) -> float:

@@ -182,6 +182,42 @@ def test_never_matching_drafter_is_benched_retried_and_benched_longer(
     assert policy.select(reg, 2) == ["good"]
 
 
+def test_health_shows_a_benched_peer_the_window_its_bench_reason_judged(
+    reg: Registry, policy: Policy, clock: FakeClock
+) -> None:
+    """A benched liar showed ``match_rate`` 0.5 (an emptied window's prior) beside ``bench_reason``
+    "match rate 0.026 < 0.05": benching emptied the window at once. It is kept as judged until the
+    bench ends, a stray late draft counting for the lifetime only; then the trial starts afresh."""
+    reg.upsert("liar", [])
+    for _ in range(8):
+        _draft(reg, policy, "liar", 8, 0)
+    row = reg.snapshot()["liar"]
+    assert row["benched"] and row["bench_reason"] == "match rate 0.015 < 0.05 over 64 offered tokens"
+    assert (row["match_rate"], row["offered"], row["matched"]) == (round(1 / 66, 4), 64, 0)
+    assert f"match rate {row['match_rate']:.3f}" in row["bench_reason"]
+    assert f"over {row['offered']} offered" in row["bench_reason"]
+    reg.record_draft("liar", 8, 8, 0.01)  # a late draft of a round it was still in when benched
+    reg.record_timeout("liar")
+    row = reg.snapshot()["liar"]
+    assert (row["offered"], row["matched"], row["consecutive_failures"]) == (64, 0, 0)
+    assert (row["lifetime_proposed"], row["lifetime_matched"], row["timeouts"]) == (72, 8, 1)
+    clock.advance(30.1)  # the bench is over: a fresh trial
+    row = reg.snapshot()["liar"]
+    assert not row["benched"] and (row["offered"], row["matched"], row["match_rate"]) == (0, 0, 0.5)
+    assert "window_closed" not in row
+
+
+def test_a_peer_benched_for_failures_shows_the_streak_it_was_benched_on(reg: Registry, policy: Policy) -> None:
+    reg.upsert("slow", [])
+    for _ in range(2):
+        reg.record_timeout("slow")
+        policy.update(reg, "slow")
+    reg.record_error("slow", "a late stream reset")
+    row = reg.snapshot()["slow"]
+    assert row["benched"] and row["bench_reason"] == "2 consecutive timeouts/errors"
+    assert row["consecutive_failures"] == 2 and row["errors"] == 1
+
+
 def test_improved_drafter_stays_after_its_bench(reg: Registry, policy: Policy, clock: FakeClock) -> None:
     reg.upsert("p", [])
     for _ in range(8):

@@ -22,6 +22,7 @@ from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_
 
 PROMPTS = ["def parse(self, text):\n", "import os\n\n", "class Cache:\n    def __init__("]
 GENEROUS_DEADLINE = ("--draft-deadline-ms", "1000")  # correctness never depends on it; CI machines are slow
+SERVED_MODEL = "target"  # /v1/models names the served model by its directory: the tiny pair's models/target
 
 
 def reference(pair, prompt: str, seed: int, max_tokens: int, **params) -> list[int]:
@@ -154,15 +155,21 @@ def test_drafter_killed_mid_job(honest_net, tmp_path, pair):
 def test_openai_client_against_the_target_with_a_drafter(honest_net, pair):
     import openai
 
+    from node.model.loading import model_hash
+    from node.model.pairs import get_pair
+
     target, _ = honest_net
     client = openai.OpenAI(base_url=target.lines["http"][0] + "/v1", api_key="unused", timeout=120)
-    expected = reference(pair, PROMPTS[1], 21, 24)
-    answer = client.completions.create(model="specmarket-target", prompt=PROMPTS[1], max_tokens=24, seed=21)
-    assert answer.model_extra["specmarket"]["tokens"] == expected
-    assert answer.choices[0].text == pair.tokenizer.decode(expected)
-    chunks = list(
-        client.completions.create(model="specmarket-target", prompt=PROMPTS[1], max_tokens=24, seed=21, stream=True)
+    (card,) = client.models.list().data  # the served model by name, and the commitment receipts name
+    assert (
+        card.id == SERVED_MODEL
+        and card.model_extra["model_hash"] == "0x" + model_hash(get_pair("tiny").target_dir()).hex()
     )
+    expected = reference(pair, PROMPTS[1], 21, 24)
+    answer = client.completions.create(model=SERVED_MODEL, prompt=PROMPTS[1], max_tokens=24, seed=21)
+    assert answer.model_extra["specmarket"]["tokens"] == expected
+    assert answer.choices[0].text == pair.tokenizer.decode(expected, skip_special_tokens=True)
+    chunks = list(client.completions.create(model=SERVED_MODEL, prompt=PROMPTS[1], max_tokens=24, seed=21, stream=True))
     assert "".join(c.choices[0].text for c in chunks) == answer.choices[0].text
     assert chunks[-1].choices[0].finish_reason == "length"
 
@@ -174,10 +181,8 @@ async def test_async_openai_client_against_the_target_with_a_drafter(honest_net,
     target, _ = honest_net
     client = openai.AsyncOpenAI(base_url=target.lines["http"][0] + "/v1", api_key="unused", timeout=120)
     expected = reference(pair, PROMPTS[2], 22, 24)
-    answer = await client.completions.create(model="specmarket-target", prompt=PROMPTS[2], max_tokens=24, seed=22)
+    answer = await client.completions.create(model=SERVED_MODEL, prompt=PROMPTS[2], max_tokens=24, seed=22)
     assert answer.model_extra["specmarket"]["tokens"] == expected
-    stream = await client.completions.create(
-        model="specmarket-target", prompt=PROMPTS[2], max_tokens=24, seed=22, stream=True
-    )
+    stream = await client.completions.create(model=SERVED_MODEL, prompt=PROMPTS[2], max_tokens=24, seed=22, stream=True)
     text = "".join([chunk.choices[0].text async for chunk in stream])
-    assert text == pair.tokenizer.decode(expected)
+    assert text == pair.tokenizer.decode(expected, skip_special_tokens=True)

@@ -124,9 +124,44 @@ def _payout(**overrides) -> bytes:
         (_settle(voucher="x" * 1025), "voucher"),
         (_settle(voucher=None), "voucher"),
         (b"\x00" * (MAX_FRAME_BYTES + 1), "exceeds"),
-        (_frame(type="request", prompt="", max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=None), "empty"),
-        (_frame(type="request", prompt="a", max_new_tokens=0, temperature=1.0, top_k=0, top_p=1.0, seed=1), "max_new"),
-        (_frame(type="request", prompt=1, max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=1), "prompt"),
+        (
+            _frame(
+                type="request",
+                prompt="",
+                max_new_tokens=1,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                seed=None,
+                ignore_eos=False,
+            ),
+            "empty",
+        ),
+        (
+            _frame(
+                type="request",
+                prompt="a",
+                max_new_tokens=0,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                seed=1,
+                ignore_eos=True,
+            ),
+            "max_new",
+        ),
+        (
+            _frame(
+                type="request", prompt=1, max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=1, ignore_eos=True
+            ),
+            "prompt",
+        ),
+        (
+            _frame(
+                type="request", prompt="a", max_new_tokens=1, temperature=1.0, top_k=0, top_p=1.0, seed=1, ignore_eos=1
+            ),
+            "boolean",
+        ),
         (_frame(type="done", job="j", tokens=[], seed=0, stats={"a": float("nan")}, credits={}, receipt=""), "finite"),
         (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"p": 1.5}, receipt=""), "integer"),
         (_frame(type="done", job="j", tokens=[], seed=0, stats={}, credits={"": 1}, receipt=""), "bad key"),

@@ -104,8 +104,9 @@ def test_first_token_matches_the_real_target_distribution(name, real_next_token)
 
 
 def test_a_chat_answer_ends_at_the_end_of_the_turn(real_pair):
-    """Chat requests stop at <|im_end|> (finish_reason "stop"); a completion of the same templated
-    prompt does not stop there, and its tokens up to that point are the same (same seed)."""
+    """Requests stop at <|im_end|> (finish_reason "stop") and its text leaves the special token
+    out; with ignore_eos the same templated prompt runs past it, and its tokens up to that point
+    are the same (same seed). The receipt-ready request names the stop tokens."""
     import trio
 
     from node.target.chat import chat_prompt
@@ -115,9 +116,10 @@ def test_a_chat_answer_ends_at_the_end_of_the_turn(real_pair):
     messages = [{"role": "user", "content": "Answer with one word, yes or no: is water wet?"}]
     prompt = tuple(chat_prompt(real_pair.tokenizer, messages))
     eos = real_pair.tokenizer.eos_token_id
-    chat = trio.run(engine.complete, CompletionRequest(prompt, 24, 0.0, stop_at_eos=True))
+    chat = trio.run(engine.complete, CompletionRequest(prompt, 24, 0.0))
     assert chat.finish_reason == "stop" and chat.tokens[-1] == eos and len(chat.tokens) < 24, chat.text
-    longer = trio.run(engine.complete, CompletionRequest(prompt, len(chat.tokens) + 3, 0.0))
+    assert "<|" not in chat.text and chat.text.strip(), chat.text
+    longer = trio.run(engine.complete, CompletionRequest(prompt, len(chat.tokens) + 3, 0.0, ignore_eos=True))
     assert longer.finish_reason == "length" and longer.tokens[: len(chat.tokens)] == chat.tokens
 
 

@@ -7,7 +7,7 @@ target pass yields, never which tokens (under Rule.GUMBEL).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -98,15 +98,15 @@ def _check_args(prompt: Sequence[int], max_new_tokens: int, gamma: int = 0) -> N
         raise InvalidParams(f"gamma must be in [0, {MAX_GAMMA}], got {gamma}")
 
 
-def _emit(out: list[int], new: Sequence[int], stop_token: int | None, on_token: TokenCallback | None) -> bool:
-    """Append ``new`` to ``out`` up to and including a stop token; True when decoding must stop."""
-    stopped = stop_token is not None and stop_token in new
-    if stopped:
-        new = new[: list(new).index(stop_token) + 1]
+def _emit(out: list[int], new: Sequence[int], stop_tokens: Collection[int], on_token: TokenCallback | None) -> bool:
+    """Append ``new`` to ``out`` up to and including its first stop token; True when decoding must stop."""
+    end = next((i for i, t in enumerate(new) if t in stop_tokens), None)
+    if end is not None:
+        new = new[: end + 1]
     out.extend(new)
     if on_token is not None and new:
         on_token(new)
-    return stopped
+    return end is not None
 
 
 def decode_plain(
@@ -116,7 +116,7 @@ def decode_plain(
     params: SamplingParams,
     seed: int,
     max_new_tokens: int,
-    stop_token: int | None = None,
+    stop_tokens: Collection[int] = (),  # end at the first of these (the model's end of sequence)
     on_token: TokenCallback | None = None,
 ) -> DecodeResult:
     """The reference: one target pass per token, y_k = sample_token(logits, params, seed, k)."""
@@ -127,7 +127,7 @@ def decode_plain(
         stats.target_passes += 1
         stats.target_positions += positions
         stats.accepted_per_round.append(0)
-        if _emit(out, [sample_token(logits[-1], params, seed, len(out))], stop_token, on_token):
+        if _emit(out, [sample_token(logits[-1], params, seed, len(out))], stop_tokens, on_token):
             break
     return DecodeResult(tuple(out), stats)
 
@@ -175,7 +175,7 @@ def decode_speculative(
     max_new_tokens: int,
     gamma: int,
     rule: Rule = Rule.GUMBEL,
-    stop_token: int | None = None,
+    stop_tokens: Collection[int] = (),  # end at the first of these (the model's end of sequence)
     on_token: TokenCallback | None = None,
 ) -> DecodeResult:
     """Speculative decoding: each round drafts γ tokens (or a tree of drafts, each branch up to γ
@@ -192,7 +192,7 @@ def decode_speculative(
         stats.draft_tokens_proposed += len(draft.tokens)
         stats.draft_tokens_accepted += verdict.n_accepted
         stats.accepted_per_round.append(verdict.n_accepted)
-        if _emit(out, verdict.tokens, stop_token, on_token):
+        if _emit(out, verdict.tokens, stop_tokens, on_token):
             break
     return DecodeResult(tuple(out), stats)
 
@@ -207,12 +207,12 @@ def decode(
     max_new_tokens: int,
     gamma: int = DEFAULT_GAMMA,
     rule: Rule = Rule.GUMBEL,
-    stop_token: int | None = None,
+    stop_tokens: Collection[int] = (),  # end at the first of these (the model's end of sequence)
     on_token: TokenCallback | None = None,
 ) -> DecodeResult:
     """Plain decoding without a proposer, speculative decoding with one: the single place where
     that choice is made (generate, the engine, the benchmarks and the sweep all come through here)."""
-    common = dict(params=params, seed=seed, max_new_tokens=max_new_tokens, stop_token=stop_token, on_token=on_token)
+    common = dict(params=params, seed=seed, max_new_tokens=max_new_tokens, stop_tokens=stop_tokens, on_token=on_token)
     if proposer is None:
         return decode_plain(target, prompt, **common)
     return decode_speculative(target, proposer, prompt, gamma=gamma, rule=rule, **common)

@@ -10,6 +10,9 @@ from verifier.errors import InvalidProposal
 
 MAX_GAMMA = 16  # longest draft block accepted from any proposer (and the wire protocol's bound)
 DEFAULT_GAMMA = 4  # draft tokens per round unless configured
+# the most draft tokens a round of the target verifies (and `generate`'s default, so both decode
+# alike): chosen by `specmarket bench-draft-length` on measured traces (docs/target-performance.md)
+TARGET_GAMMA = 6
 PROB_SUM_TOLERANCE = 1e-3
 
 

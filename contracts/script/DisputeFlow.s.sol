@@ -71,7 +71,7 @@ contract DisputeFlow is DevScript {
     function _challengeOnce(uint256 promptLen, uint256 outputLen, uint64 seed) internal returns (uint256) {
         uint32[] memory prompt = TestUtils.tokens(seed, promptLen);
         uint32[] memory output = TestUtils.tokens(seed + 100, outputLen);
-        SpecmarketBond.SamplingParams memory p = SpecmarketBond.SamplingParams(seed, 700_000, 50, 900_000, 1024);
+        SpecmarketBond.SamplingParams memory p = SpecmarketBond.SamplingParams(seed, 700_000, 50, 900_000, 1024, keccak256(""));
         return _submit(prompt, p, output);
     }
 
@@ -82,7 +82,7 @@ contract DisputeFlow is DevScript {
         SpecmarketBond.Receipt memory r = SpecmarketBond.Receipt({
             operator: vm.addr(OPERATOR),
             modelHash: MODEL,
-            requestHash: bond.hashRequest(prompt, p.seed, p.temperatureMicros, p.topK, p.topPMicros, p.maxTokens),
+            requestHash: bond.hashRequest(prompt, p),
             outputHash: bond.hashOutput(output),
             tokenCount: uint32(output.length),
             issuedAt: uint64(block.timestamp),

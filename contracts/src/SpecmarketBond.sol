@@ -33,7 +33,8 @@ import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 ///    i.e. keccak256 over each token as a 32-byte big-endian word (array elements are padded in
 ///    `abi.encodePacked`), with no length prefix; an empty array hashes to keccak256("").
 ///  - `requestHash = keccak256(abi.encode(REQUEST_TYPEHASH, promptHash, seed, temperatureMicros,
-///    topK, topPMicros, maxTokens))`.
+///    topK, topPMicros, maxTokens, stopHash))`; `stopHash` hashes the request's stop tokens like a
+///    prompt (ascending, distinct): the answer ends at the first of them, or at `maxTokens`.
 ///  - receipts and verdicts are EIP-712 typed data in the domain ("SpecmarketBond", "1", chainid,
 ///    address(this)).
 contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
@@ -57,13 +58,17 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         uint64 storeNonce;
     }
 
-    /// @notice Sampling parameters of a request; fixed-point values are in millionths.
+    /// @notice Sampling parameters of a request; fixed-point values are in millionths. `stopHash`
+    ///         commits to the stop rule: `keccak256(abi.encodePacked(uint32[] stopTokens))`, the
+    ///         model's end-of-sequence tokens the answer ends at (`keccak256("")`: none, the answer
+    ///         runs to `maxTokens`).
     struct SamplingParams {
         uint64 seed;
         uint32 temperatureMicros;
         uint32 topK;
         uint32 topPMicros;
         uint32 maxTokens;
+        bytes32 stopHash;
     }
 
     /// @notice Lifecycle of a wrong-token challenge. `None` marks an id that was never used.
@@ -149,7 +154,7 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     /// @notice Type hash mixed into `hashRequest` (the request is hashed EIP-712 style, but is not
     ///         itself signed as typed data).
     bytes32 public constant REQUEST_TYPEHASH = keccak256(
-        "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
+        "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens,bytes32 stopHash)"
     );
 
     /// @notice EIP-712 type hash of a referee's `Verdict`: it names the challenge by id and by what
@@ -482,16 +487,9 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
 
     /// @notice The request hash a receipt carries.
     /// @dev keccak256(abi.encode(REQUEST_TYPEHASH, keccak256(abi.encodePacked(prompt)), seed,
-    ///      temperatureMicros, topK, topPMicros, maxTokens)); every value is one 32-byte word.
-    function hashRequest(
-        uint32[] calldata prompt,
-        uint64 seed,
-        uint32 temperatureMicros,
-        uint32 topK,
-        uint32 topPMicros,
-        uint32 maxTokens
-    ) external pure returns (bytes32) {
-        return _hashRequest(prompt, SamplingParams(seed, temperatureMicros, topK, topPMicros, maxTokens));
+    ///      temperatureMicros, topK, topPMicros, maxTokens, stopHash)); every value is one 32-byte word.
+    function hashRequest(uint32[] calldata prompt, SamplingParams calldata params) external pure returns (bytes32) {
+        return _hashRequest(prompt, params);
     }
 
     /// @notice The output hash a receipt carries: keccak256 over each token as a 32-byte word.
@@ -798,7 +796,14 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     function _hashRequest(uint32[] calldata prompt, SamplingParams memory p) internal pure returns (bytes32) {
         return keccak256(
             abi.encode(
-                REQUEST_TYPEHASH, _hashTokens(prompt), p.seed, p.temperatureMicros, p.topK, p.topPMicros, p.maxTokens
+                REQUEST_TYPEHASH,
+                _hashTokens(prompt),
+                p.seed,
+                p.temperatureMicros,
+                p.topK,
+                p.topPMicros,
+                p.maxTokens,
+                p.stopHash
             )
         );
     }

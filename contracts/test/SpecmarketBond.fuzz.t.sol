@@ -41,16 +41,13 @@ contract SpecmarketBondFuzzTest is BondFixture {
         uint32 temperatureMicros,
         uint32 topK,
         uint32 topPMicros,
-        uint32 maxTokens
+        uint32 maxTokens,
+        bytes32 stopHash
     ) public view {
         p = _boundTokens(p, 256);
         SpecmarketBond.SamplingParams memory sp =
-            SpecmarketBond.SamplingParams(seed, temperatureMicros, topK, topPMicros, maxTokens);
-        assertEq(
-            bond.hashRequest(p, seed, temperatureMicros, topK, topPMicros, maxTokens),
-            _refHashRequest(p, sp),
-            "hashRequest"
-        );
+            SpecmarketBond.SamplingParams(seed, temperatureMicros, topK, topPMicros, maxTokens, stopHash);
+        assertEq(bond.hashRequest(p, sp), _refHashRequest(p, sp), "hashRequest");
     }
 
     // -- signatures -------------------------------------------------------------------------

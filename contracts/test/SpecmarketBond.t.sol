@@ -535,18 +535,20 @@ contract SpecmarketBondTest is BondFixture {
     //////////////////////////////////////////////////////////////*/
 
     // Known-answer vectors, computed independently in Python (pycryptodome keccak + coincurve):
-    // prompt [1,2,3], seed 42, temperature 0.7, topK 50, topP 0.9, maxTokens 16, output [7,8,9,65535].
+    // prompt [1,2,3], seed 42, temperature 0.7, topK 50, topP 0.9, maxTokens 16, stop tokens
+    // [151643, 151645] (Qwen's two end-of-sequence tokens), output [7,8,9,65535].
     bytes32 internal constant KAT_PROMPT_HASH = 0x6e0c627900b24bd432fe7b1f713f1b0744091a646a9fe4a65a18dfed21f2949c;
-    bytes32 internal constant KAT_REQUEST_HASH = 0x0de1c39f9971d3706eb4253970bdac7fdbb74e358c831f01fa96a1c4311a13a9;
+    bytes32 internal constant KAT_REQUEST_HASH = 0x30afb32e14006183d0e95585b88a1158f4e4f7e57ded4c63fc2f51fb6c3d8899;
+    bytes32 internal constant KAT_STOP_HASH = 0x7606a76b7376204e38684872b7873a727848232b461e38dad7dc6321433b2d15;
     bytes32 internal constant KAT_OUTPUT_HASH = 0x727f0a8034e1bcbf709bc02d80f5258b22a936751793243b003e4b0984ed8afb;
     // bond at 0x5FbDB2315678afecb367f032d93F642f64180aa3 on chain 31337; operator key 0xB0B; issuedAt 1.7e9;
     // storeNonce 0x5707E.
     bytes32 internal constant KAT_DOMAIN = 0x408a43d5eb2998feca380fd4851cd16b61794853ce88550d3439ebdbffa58a20;
-    bytes32 internal constant KAT_RECEIPT_DIGEST = 0x3cf8fbb5b4d15f638474c17296e3641bfe9f268ea36639509a45dcdc4df8aa2b;
+    bytes32 internal constant KAT_RECEIPT_DIGEST = 0x9769a0519b798e4fa829dbfce1baea5c575454a3be54ef096f9d6b11aa06ca7d;
     // Verdict: challengeId 7, the receipt digest above, position 3, challenger 0x…C4A1, at fault.
-    bytes32 internal constant KAT_VERDICT_DIGEST = 0x981cb63abfd9ac61130bd910382db4571d96317197e6435e0da5189673b71578;
+    bytes32 internal constant KAT_VERDICT_DIGEST = 0x84cb693a84d367b1e77f4bd8d56fa30427ac127fbcb6622e455d9ad4da92ab95;
     bytes internal constant KAT_SIG =
-        hex"afff79126c04e7dd97b49420c6e8ce9e76dfa91c9b9c8b6ddf641a02a5041bbb2e7a8c22bc2005f5a559c4737d3eb02a4f9ef5dfe1483bbe7c4adcb08c05690d1c";
+        hex"e7282eb4c0c202dcc5d5a4edf90202bce1cbcc2ec54b29f253bb332e399e02c61dd65c6e864e57b2babc34ef790f267258e2ed179cc6e0d28597a9ea903d62241b";
 
     function _katBond() internal returns (SpecmarketBond b) {
         // anvil's account 0 deploying with nonce 0 lands at 0x5FbDB231...
@@ -560,6 +562,11 @@ contract SpecmarketBondTest is BondFixture {
         (p[0], p[1], p[2]) = (1, 2, 3);
     }
 
+    function _katStops() internal pure returns (uint32[] memory s) {
+        s = new uint32[](2);
+        (s[0], s[1]) = (151_643, 151_645);
+    }
+
     function _katOutput() internal pure returns (uint32[] memory o) {
         o = new uint32[](4);
         (o[0], o[1], o[2], o[3]) = (7, 8, 9, 65535);
@@ -567,11 +574,13 @@ contract SpecmarketBondTest is BondFixture {
 
     function test_hashRequest_knownAnswer_succeeds() public view {
         assertEq(bond.hashOutput(_katPrompt()), KAT_PROMPT_HASH, "promptHash");
-        assertEq(bond.hashRequest(_katPrompt(), 42, 700_000, 50, 900_000, 16), KAT_REQUEST_HASH, "requestHash");
+        assertEq(bond.hashOutput(_katStops()), KAT_STOP_HASH, "stopHash");
+        SpecmarketBond.SamplingParams memory p = SpecmarketBond.SamplingParams(42, 700_000, 50, 900_000, 16, KAT_STOP_HASH);
+        assertEq(bond.hashRequest(_katPrompt(), p), KAT_REQUEST_HASH, "requestHash");
         assertEq(
             bond.REQUEST_TYPEHASH(),
             keccak256(
-                "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
+                "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens,bytes32 stopHash)"
             ),
             "typehash"
         );

@@ -87,6 +87,28 @@ def ensure_deployed(chain: ChainConfig, cfg: DeployConfig) -> tuple[bool, Deploy
         return started, deploy_fresh(chain, cfg)[0]
 
 
+def fund_from_dev_account(rpc: str, address: str, wei: int) -> tuple[str, int]:
+    """`chain fund`: send ``wei`` to ``address`` from anvil's dev account 0 (anvil only: its keys are
+    public); (the sender's address, the new balance of ``address``)."""
+    from eth_utils import is_address, to_checksum_address
+
+    from node.chain.contract import transfer
+
+    if not isinstance(address, str) or not is_address(address):
+        raise ChainError(f"not an address: {address!r} (0x and 40 hex digits)")
+    chain_id = chain_id_at(rpc)
+    if chain_id is None:
+        raise ChainError(f"nothing answers at {rpc}: run `specmarket chain up`")
+    if chain_id != ANVIL_CHAIN_ID:
+        raise ChainError(
+            f"chain {chain_id} at {rpc} is no local anvil (chain id {ANVIL_CHAIN_ID}): `chain fund` only spends "
+            "anvil's public dev ETH; fund the address from an account of your own there"
+        )
+    w3 = connect(rpc)
+    transfer(w3, dev_key(DEV_DEPLOYER), address, wei)
+    return dev_address(DEV_DEPLOYER), int(w3.eth.get_balance(to_checksum_address(address)))
+
+
 def chain_status(chain: ChainConfig, operator: str | None = None, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
     """The chain, the contract, its config, referees, operators, the newest ``limit`` challenges
     (against ``operator`` when given) with their total count, and the drafter escrow's balances and

@@ -165,8 +165,9 @@ def ensure_anvil(url: str, state_dir: Path) -> bool:
     return True
 
 
-def stop_detached(state_dir: Path) -> int | None:
-    """Stop the anvil ``ensure_anvil`` started (by the pid in its pid file); its pid, or None."""
+def stop_detached(state_dir: Path, url: str | None = None) -> int | None:
+    """Stop the anvil ``ensure_anvil`` started (by the pid in its pid file); its pid, or None.
+    With ``url``, only if that anvil is the one serving it (an error otherwise: nothing stopped)."""
     pid_file = state_dir / PID_FILE
     try:
         pid = int(pid_file.read_text().strip())
@@ -175,6 +176,11 @@ def stop_detached(state_dir: Path) -> int | None:
     if not _is_anvil(pid):  # a stale pid file: that pid may belong to someone else by now
         pid_file.unlink(missing_ok=True)
         return None
+    if url is not None and _port_of(pid) != local_port(url):
+        raise ChainError(
+            f"the anvil started in {state_dir} (pid {pid}) listens on port {_port_of(pid)}, not at {url}: "
+            "not stopped (give the --state-dir of the `chain up` that started it)"
+        )
     _stop_pid(pid)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline and _alive(pid):
@@ -190,6 +196,18 @@ def _is_anvil(pid: int) -> bool:
         return b"anvil" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def _port_of(pid: int) -> int | None:
+    """The --port an anvil process was started with (``_anvil_argv``); None if unknown."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if b"--port" not in argv[:-1]:
+        return None
+    value = argv[argv.index(b"--port") + 1]
+    return int(value) if value.isdigit() else None
 
 
 def _alive(pid: int) -> bool:

@@ -7,6 +7,24 @@ class Cheat(enum.Enum):
     """A dishonest operator, for tests and the demo. It still signs receipts claiming the target."""
 
     NONE = "none"
-    DRAFT_MODEL = "draft-model"  # answers with the (cheaper) draft model
-    FLIP_TOKEN = "flip-token"  # answers honestly, then changes one token in the middle
-    UNDERPAY = "underpay"  # answers honestly, but signs drafters' vouchers for half of what they earned
+    DRAFT_MODEL = "draft-model"
+    FLIP_TOKEN = "flip-token"
+    UNDERPAY = "underpay"
+
+    @property
+    def description(self) -> str:
+        """What the operator does (`specmarket target --help` lists every cheat from these)."""
+        return _DESCRIPTIONS[self]
+
+
+_DESCRIPTIONS = {
+    Cheat.NONE: "an honest operator",
+    Cheat.DRAFT_MODEL: "answers with the (cheaper) draft model",
+    Cheat.FLIP_TOKEN: "answers honestly, then changes its second token (one that every answer has)",
+    Cheat.UNDERPAY: "answers honestly, but signs drafters' vouchers for half of what they earned",
+}
+
+
+def cheats_help() -> str:
+    """Every dishonest mode, ``value = description``, for a --help text."""
+    return "; ".join(f"{c.value} = {c.description}" for c in Cheat if c is not Cheat.NONE)

@@ -43,6 +43,28 @@ def write_key(path: Path, key: bytes) -> Path:
     return path
 
 
+def new_key_file(path: Path) -> str:
+    """A fresh random key in a new file ``path`` (mode 0600; an existing file is refused); its
+    address. The key itself is never printed or logged."""
+    from eth_account import Account
+
+    account = Account.create()
+    try:
+        write_key(path, bytes(account.key))
+    except FileExistsError:
+        raise ChainError(f"{path} exists: a key file is never overwritten (choose another --out)") from None
+    except OSError as exc:
+        raise ChainError(f"cannot write a key to {path}: {exc.strerror or exc}") from None
+    return account.address
+
+
+def key_address(path: Path) -> str:
+    """The address of the key in ``path``."""
+    from eth_account import Account
+
+    return Account.from_key(read_key(path)).address
+
+
 def load_or_create_key(path: Path) -> bytes:
     """The key in ``path``; a fresh random key is created there (0600) when the file is missing."""
     from eth_account import Account

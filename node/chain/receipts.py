@@ -4,7 +4,9 @@ Hashing (the contract's NatSpec and contracts/README.md state the same):
 - a token list hashes to keccak256 over each token as one 32-byte big-endian word, no length prefix
   (Solidity's ``abi.encodePacked(uint32[])``);
 - ``requestHash = keccak256(abi.encode(REQUEST_TYPEHASH, promptHash, seed, temperatureMicros, topK,
-  topPMicros, maxTokens))``;
+  topPMicros, maxTokens, stopHash))``, where ``stopHash`` hashes the request's stop tokens the same
+  way (ascending, no duplicates): the answer ends at the first of them, or at ``maxTokens``; no stop
+  tokens (``keccak256("")``) means it always runs to ``maxTokens`` (vLLM's ``ignore_eos``);
 - receipts and verdicts are EIP-712 typed data (EIP-712, "Typed structured data hashing and
   signing") in the domain ("SpecmarketBond", "1", chainId, contract).
 
@@ -15,7 +17,7 @@ quantized parameters (``RequestSpec.params``), so the receipt names exactly what
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -36,11 +38,13 @@ MAX_U64 = (1 << 64) - 1
 RECEIPT_FRESH_S = 300  # a client accepts a receipt at most this old; an operator re-signs older replays
 CLOCK_SLACK_S = 60  # a receipt stamped up to this far in the chain's future (a fast operator clock) is accepted
 MAX_RECEIPT_TOKENS = 1 << 16  # a receipt file or network message with more tokens is refused
-RECEIPT_FORMAT = 2  # 2: receipts name their store nonce
+RECEIPT_FORMAT = 3  # 2: receipts name their store nonce; 3: requests commit to their stop tokens
+MAX_STOP_TOKENS = 16  # a request names at most this many end-of-sequence tokens
 SIGNATURE_BYTES = 65
 SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141  # the curve's group order
 REQUEST_TYPEHASH = keccak(
-    b"Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
+    b"Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens,"
+    b"bytes32 stopHash)"
 )
 RECEIPT_TYPES = {
     "Receipt": [
@@ -103,7 +107,9 @@ def check_uint(value: Any, bound: int, name: str, error: type[ReceiptError] = Re
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """What a receipt's request hash commits to: prompt tokens, seed, sampling params, max tokens."""
+    """What a receipt's request hash commits to: prompt tokens, seed, sampling params, max tokens,
+    and the stop rule: the answer ends at the first of ``stop_tokens`` (the model's end-of-sequence
+    tokens; empty: it runs to ``max_tokens``), so the rule that ended an answer is auditable."""
 
     prompt: tuple[int, ...]
     seed: int
@@ -111,29 +117,54 @@ class RequestSpec:
     top_k: int
     top_p_micros: int
     max_tokens: int
+    stop_tokens: tuple[int, ...] = ()  # ascending, no duplicates
 
     def __post_init__(self) -> None:
         _check_tokens(self.prompt, "prompt")
         check_uint(self.seed, MAX_SEED, "seed")
         for name in ("temperature_micros", "top_k", "top_p_micros", "max_tokens"):
             check_uint(getattr(self, name), MAX_U32, name)
+        stops = _check_tokens(self.stop_tokens, "stop_tokens")
+        if len(stops) > MAX_STOP_TOKENS or list(stops) != sorted(set(stops)):
+            raise ReceiptError(f"stop_tokens must be at most {MAX_STOP_TOKENS} ascending distinct token ids")
 
     @classmethod
-    def build(cls, prompt: Sequence[int], params: SamplingParams, seed: int, max_tokens: int) -> RequestSpec:
+    def build(
+        cls, prompt: Sequence[int], params: SamplingParams, seed: int, max_tokens: int, stop_tokens: Sequence[int] = ()
+    ) -> RequestSpec:
         t, p = _micros(params.temperature, "temperature"), _micros(params.top_p, "top_p")
-        return cls(tuple(int(x) for x in prompt), int(seed), t, int(params.top_k), p, int(max_tokens))
+        stops = tuple(sorted({int(x) for x in stop_tokens}))
+        return cls(tuple(int(x) for x in prompt), int(seed), t, int(params.top_k), p, int(max_tokens), stops)
+
+    def ended_by_rule(self, output: Sequence[int]) -> bool:
+        """Whether ``output`` ends where this request's rule ends it: at its first stop token, or
+        at ``max_tokens`` with no stop token before. An answer cut short, or run past a stop
+        token, breaks the rule whatever its tokens are."""
+        stops = set(self.stop_tokens)
+        first = next((i for i, t in enumerate(output) if t in stops), None)
+        if first is not None:
+            return first == len(output) - 1
+        return len(output) == self.max_tokens
 
     @property
     def params(self) -> SamplingParams:
         return SamplingParams(self.temperature_micros / MICROS, self.top_k, self.top_p_micros / MICROS)
 
-    def params_tuple(self) -> tuple[int, int, int, int, int]:
+    def params_tuple(self) -> tuple[int, int, int, int, int, bytes]:
         """The contract's ``SamplingParams`` struct."""
-        return (self.seed, self.temperature_micros, self.top_k, self.top_p_micros, self.max_tokens)
+        return (
+            self.seed,
+            self.temperature_micros,
+            self.top_k,
+            self.top_p_micros,
+            self.max_tokens,
+            hash_tokens(self.stop_tokens),
+        )
 
     def hash(self) -> bytes:
         words = (REQUEST_TYPEHASH, hash_tokens(self.prompt), *self.params_tuple())
-        return keccak(abi_encode(["bytes32", "bytes32", "uint64", "uint32", "uint32", "uint32", "uint32"], words))
+        types = ["bytes32", "bytes32", "uint64", "uint32", "uint32", "uint32", "uint32", "bytes32"]
+        return keccak(abi_encode(types, words))
 
 
 @dataclass(frozen=True)
@@ -307,14 +338,16 @@ class SignedReceipt:
     request: RequestSpec
     output: tuple[int, ...]
 
-    def check(self) -> None:
-        """Raise ReceiptError unless the preimages match the hashes and the operator signed it."""
+    def check(self, recover: Callable[[Domain, Receipt, bytes], str] | None = None) -> None:
+        """Raise ReceiptError unless the preimages match the hashes and the operator signed it.
+        ``recover``: the signer recovery (default ``recover_receipt_signer``, through eth-account)."""
+        recover = recover or recover_receipt_signer
         r = self.receipt
         if self.request.hash() != r.request_hash:
             raise ReceiptError("the request does not hash to the receipt's request hash")
         if hash_tokens(self.output) != r.output_hash or len(self.output) != r.token_count:
             raise ReceiptError("the output does not hash to the receipt's output hash and token count")
-        signer = recover_receipt_signer(self.domain, r, self.signature)
+        signer = recover(self.domain, r, self.signature)
         if signer != to_checksum_address(r.operator):
             raise ReceiptError(f"the receipt is signed by {signer}, not by its operator {r.operator}")
 
@@ -334,7 +367,11 @@ class SignedReceipt:
                 "store_nonce": r.store_nonce,
             },
             "signature": "0x" + self.signature.hex(),
-            "request": {**asdict(self.request), "prompt": list(self.request.prompt)},
+            "request": {
+                **asdict(self.request),
+                "prompt": list(self.request.prompt),
+                "stop_tokens": list(self.request.stop_tokens),
+            },
             "output": list(self.output),
         }
 
@@ -358,7 +395,8 @@ class SignedReceipt:
                 store_nonce=check_uint(r["store_nonce"], MAX_U64, "receipt.store_nonce"),
             )
             fields = ("seed", "temperature_micros", "top_k", "top_p_micros", "max_tokens")
-            request = RequestSpec(_check_tokens(q["prompt"], "request.prompt"), *(q[f] for f in fields))
+            prompt, stops = _check_tokens(q["prompt"], "request.prompt"), _check_tokens(q["stop_tokens"], "stop_tokens")
+            request = RequestSpec(prompt, *(q[f] for f in fields), stops)
             domain = Domain(
                 check_uint(data["chain_id"], MAX_U64, "chain_id"), check_address(data["contract"], "contract")
             )

@@ -15,6 +15,7 @@ from node.cli.chain import add_chain_commands
 from node.cli.lab import add_lab_commands
 from node.cli.local import add_local_commands
 from node.cli.market import add_market_commands
+from node.cli.options import CommandParser
 from node.cli.training import add_training_commands
 from node.runtime.logs import stderr_handler
 from node.runtime.redact import redact
@@ -24,7 +25,7 @@ log = logging.getLogger("specmarket")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="specmarket",
         description="Verifiable, permissionless speculative decoding (see README.md).",
     )

@@ -1,5 +1,6 @@
-"""`specmarket chain up|deploy|status|down|withdraw|unbond|withdraw-bond|refund`, `challenge`, `referee`:
-arguments -> ChainConfig / DeployConfig / ChallengeConfig / RefereeConfig (node/chain/admin.py).
+"""`specmarket chain up|deploy|status|down|fund|withdraw|unbond|withdraw-bond|refund|...`, `keys new|address`,
+`challenge`, `referee`: arguments -> ChainConfig / DeployConfig / ChallengeConfig / RefereeConfig
+(node/chain/admin.py).
 
 Roles on a local anvil chain (chain id 31337) default to anvil's public dev accounts (deployer 0,
 referees 1-3, challenger 5); anywhere else every key must come from a file.
@@ -32,6 +33,7 @@ from node.cli.options import add_pair_option, defaults
 BOND_ETHER = {"min_bond": "min_bond", "challenger_bond": "challenger_bond", "slash": "slash_amount"}
 BOND_SECONDS = ("challenge_window", "resolve_timeout", "unbonding_delay", "referee_set_delay")
 STATUS_LIMIT = 50  # node.chain.challenges.DEFAULT_LIMIT (not imported: it loads web3)
+FUND_ETHER = "1"  # `chain fund`'s default: gas for thousands of redemptions
 VERDICTS = {True: "operator at fault", False: "operator cleared", None: "cannot judge (other model)"}
 
 
@@ -77,7 +79,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
     started, deployed = ensure_deployed(_chain(args), _deploy_config(args))
     state = "started" if started else "already up"
-    done = f"deployed SpecmarketBond at {deployed.address}" if deployed else "deployment current"
+    done = (
+        f"deployed SpecmarketBond at {deployed.address} and DrafterEscrow at {deployed.escrow}"
+        if deployed
+        else "deployment current"
+    )
     print(f"chain {chain_id_at(args.rpc)} at {args.rpc}: {state}; {done}")
     return 0
 
@@ -85,8 +91,32 @@ def _cmd_up(args: argparse.Namespace) -> int:
 def _cmd_down(args: argparse.Namespace) -> int:
     from node.chain.anvil import stop_detached
 
-    pid = stop_detached(_chain(args).state_dir)
+    pid = stop_detached(_chain(args).state_dir, args.rpc)
     print(f"stopped anvil (pid {pid})" if pid else "no anvil started by `specmarket chain up` is running")
+    return 0
+
+
+def _cmd_fund(args: argparse.Namespace) -> int:
+    from node.chain.admin import fund_from_dev_account
+
+    wei = parse_ether(args.eth)
+    sender, balance = fund_from_dev_account(args.rpc, args.address, wei)
+    print(f"sent {format_ether(wei)} from anvil dev account 0 ({sender}) to {args.address}; its balance: "
+          f"{format_ether(balance)}")  # fmt: skip
+    return 0
+
+
+def _cmd_keys_new(args: argparse.Namespace) -> int:
+    from node.chain.keys import new_key_file
+
+    print(new_key_file(args.out))  # the address only: the key stays in the file
+    return 0
+
+
+def _cmd_keys_address(args: argparse.Namespace) -> int:
+    from node.chain.keys import key_address
+
+    print(key_address(args.key_file))
     return 0
 
 
@@ -257,31 +287,116 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+# name -> (one-line help, --help description) of every `chain` subcommand
+CHAIN_COMMANDS = {
+    "up": (
+        "start anvil (detached) if nothing answers, deploy both contracts if not deployed there",
+        "Start anvil from npm (detached; its pid, log and state under --state-dir) if nothing answers at --rpc, "
+        "and deploy SpecmarketBond and DrafterEscrow unless DEPLOYMENTS/<chainId>.json names contracts that are "
+        "there. Prints the chain, whether it was started, and the addresses of what it deployed.",
+    ),
+    "deploy": (
+        "deploy a new SpecmarketBond and DrafterEscrow (starting anvil if nothing answers)",
+        "Always deploy a new SpecmarketBond (the operators' bond, receipts and challenges) and DrafterEscrow (the "
+        "operators' deposits that pay drafters' vouchers), starting anvil if nothing answers at --rpc, and write "
+        "DEPLOYMENTS/<chainId>.json. Off anvil every key must come from a file and the referees must be named.",
+    ),
+    "status": (
+        "chain, contract, config, referees, operators, challenges, drafter escrows and payments",
+        "Show the deployment at --rpc: its config, referee set, operators and their bonds, the newest challenges, "
+        "and each operator's drafter escrow with what every drafter was paid and is owed.",
+    ),
+    "down": (
+        "stop the anvil `chain up`/`chain deploy` started",
+        "Stop the anvil that `chain up` or `chain deploy` started (by the pid it recorded in --state-dir); with "
+        "--rpc, only if that anvil is the one serving it. A chain started otherwise is never stopped.",
+    ),
+    "fund": (
+        "anvil only: send ETH to an address from anvil's dev account 0 (e.g. a drafter's payout address)",
+        "Send --eth ETH to ADDRESS from anvil's public dev account 0 and print the address's new balance: gas "
+        "for a drafter's payout key (`specmarket keys new`) to redeem its vouchers with. Refused on any chain "
+        "but a local anvil (chain id 31337).",
+    ),
+    "withdraw": (
+        "withdraw an account's credits (challenger rewards, refunds)",
+        "Pay out an account's credits in SpecmarketBond (challenger bonds and rewards, refunds): every payout of "
+        "the contract is a credit followed by this pull withdrawal.",
+    ),
+    "unbond": (
+        "operator: request unbonding (the node stops being active)",
+        "Operator: request unbonding. The node stops being active; `chain withdraw-bond` takes the bond back "
+        "after the unbonding delay.",
+    ),
+    "withdraw-bond": (
+        "operator: withdraw the bond after the unbonding delay",
+        "Operator: withdraw the bond once the unbonding delay has passed and no challenge is open, and pay it out.",
+    ),
+    "refund": (
+        "refund the challenger of a challenge the referees left unresolved",
+        "Refund the challenger of a challenge left unresolved past the resolve timeout (credited, then paid out "
+        "with `chain withdraw`).",
+    ),
+    "propose-referees": (
+        "owner: propose the next referee set (it takes effect after the contract's referee-set delay)",
+        "Owner: propose the next referee set and its threshold; anyone can activate it once the contract's "
+        "referee-set delay has passed (`chain activate-referees`).",
+    ),
+    "activate-referees": (
+        "anyone: activate a proposed referee set",
+        "Anyone: activate the proposed referee set once its delay has passed.",
+    ),
+    "cancel-referees": (
+        "owner: withdraw a proposed referee set",
+        "Owner: withdraw the proposed referee set before it is activated.",
+    ),
+}
+
+
 def _add_chain(sub) -> None:
     p = sub.add_parser(
         "chain",
-        help="local chain: start anvil, deploy the bond contract, show status",
-        description="Manage the local Anvil chain and the SpecmarketBond deployment (DEPLOYMENTS/<chainId>.json).",
+        help="local chain: start anvil, deploy the bond and escrow contracts, show status, fund",
+        description="Manage the local Anvil chain and the SpecmarketBond and DrafterEscrow deployment "
+        "(DEPLOYMENTS/<chainId>.json). Each subcommand has its own --help.",
     )
     chain = p.add_subparsers(dest="chain_command", required=True)
-    up = chain.add_parser("up", help="start anvil (detached) if nothing answers, deploy if not deployed there")
-    deploy = chain.add_parser("deploy", help="deploy a new SpecmarketBond (starting anvil if nothing answers)")
-    status = chain.add_parser(
-        "status", help="chain, contract, config, referees, operators, challenges, drafter escrows and payments"
-    )
-    down = chain.add_parser("down", help="stop the anvil `chain up`/`chain deploy` started")
-    withdraw = chain.add_parser("withdraw", help="withdraw an account's credits (challenger rewards, refunds)")
-    unbond = chain.add_parser("unbond", help="operator: request unbonding (the node stops being active)")
-    withdraw_bond = chain.add_parser("withdraw-bond", help="operator: withdraw the bond after the unbonding delay")
-    refund = chain.add_parser("refund", help="refund the challenger of a challenge the referees left unresolved")
-    propose = chain.add_parser(
-        "propose-referees",
-        help="owner: propose the next referee set (it takes effect after the contract's referee-set delay)",
-    )
-    activate = chain.add_parser("activate-referees", help="anyone: activate a proposed referee set")
-    cancel = chain.add_parser("cancel-referees", help="owner: withdraw a proposed referee set")
+    parsers = {
+        name: chain.add_parser(name, help=help_, description=description)
+        for name, (help_, description) in CHAIN_COMMANDS.items()
+    }
+    _chain_options(parsers)
+    funcs = {
+        "up": _cmd_up,
+        "deploy": _cmd_deploy,
+        "status": _cmd_status,
+        "down": _cmd_down,
+        "fund": _cmd_fund,
+        "withdraw": _cmd_withdraw,
+        "unbond": _cmd_unbond,
+        "withdraw-bond": _cmd_withdraw_bond,
+        "refund": _cmd_refund,
+        "propose-referees": _cmd_propose_referees,
+        "activate-referees": _cmd_activate_referees,
+        "cancel-referees": _cmd_cancel_referees,
+    }
+    for name, q in parsers.items():
+        q.set_defaults(func=funcs[name])
+
+
+def _chain_options(parsers: dict[str, argparse.ArgumentParser]) -> None:
+    """Every `chain` subcommand's options (``parsers``: name -> its parser)."""
+    up, deploy, status, down, fund = (parsers[n] for n in ("up", "deploy", "status", "down", "fund"))
+    propose, activate, cancel = (parsers[n] for n in ("propose-referees", "activate-referees", "cancel-referees"))
+    withdraw, refund, unbond, withdraw_bond = (parsers[n] for n in ("withdraw", "refund", "unbond", "withdraw-bond"))
     for q in (up, deploy, status, withdraw, unbond, withdraw_bond, refund, propose, activate, cancel):
         _common(q)
+    d = defaults(ChainConfig)
+    down.add_argument(
+        "--rpc", help="stop the anvil only if it serves this URL (default: the one `chain up` started in --state-dir)"
+    )
+    fund.add_argument("address", help="the address to fund, 0x + 40 hex digits (`specmarket keys new` prints one)")
+    fund.add_argument("--eth", default=FUND_ETHER, help=f"how much to send, in ETH (default {FUND_ETHER})")
+    fund.add_argument("--rpc", default=d["rpc"], help=f"the anvil's JSON-RPC URL (default {d['rpc']})")
     propose.add_argument("--referee", action="append", required=True, help="referee address, repeatable")
     propose.add_argument("--threshold", type=int, required=True, help="verdict signatures needed, M of N")
     for q in (propose, activate, cancel):
@@ -293,27 +408,36 @@ def _add_chain(sub) -> None:
     status.add_argument("--json", action="store_true", help="print one JSON object (amounts as '0.1 ETH')")
     refund.add_argument("challenge_id", type=int, help="the challenge id (`specmarket chain status` lists them)")
     refund.add_argument("--key-file", type=Path, help="the sender's key file (default on anvil: dev account 5)")
-    state_dir = defaults(ChainConfig)["state_dir"]
     for q in (up, deploy, down):
-        q.add_argument("--state-dir", type=Path, help=f"anvil's pid, log and state (default {state_dir})")
+        q.add_argument("--state-dir", type=Path, help=f"anvil's pid, log and state (default {d['state_dir']})")
     for q in (up, deploy):
         _deploy_options(q)
     withdraw.add_argument("--key-file", type=Path, help="the account's private key file")
     withdraw.add_argument("--dev-account", type=int, default=DEV_CHALLENGER, help="anvil dev account (default 5)")
-    for q, func in (
-        (up, _cmd_up),
-        (deploy, _cmd_deploy),
-        (status, _cmd_status),
-        (down, _cmd_down),
-        (withdraw, _cmd_withdraw),
-        (unbond, _cmd_unbond),
-        (withdraw_bond, _cmd_withdraw_bond),
-        (refund, _cmd_refund),
-        (propose, _cmd_propose_referees),
-        (activate, _cmd_activate_referees),
-        (cancel, _cmd_cancel_referees),
-    ):
-        q.set_defaults(func=func)
+
+
+def _add_keys(sub) -> None:
+    p = sub.add_parser(
+        "keys",
+        help="make a private key file (e.g. a drafter's payout key) or show a key file's address",
+        description="Private-key files: 32 bytes in hex, mode 0600, the form every --key-file reads. A key is "
+        "never printed: these commands print addresses only.",
+    )
+    keys = p.add_subparsers(dest="keys_command", required=True)
+    new = keys.add_parser(
+        "new",
+        help="write a fresh private key to a new file and print its address",
+        description="Write a fresh random private key to --out (mode 0600; an existing file is never overwritten) "
+        "and print only its address: give it to `specmarket drafter --payout`, fund it with `specmarket chain "
+        "fund` on anvil, and redeem with `specmarket drafter redeem --key-file FILE`.",
+    )
+    new.add_argument("--out", type=Path, required=True, help="the new key file (refused if it exists)")
+    new.set_defaults(func=_cmd_keys_new)
+    address = keys.add_parser(
+        "address", help="print a key file's address", description="Print the address of the key in --key-file."
+    )
+    address.add_argument("--key-file", type=Path, required=True, help="a private key file")
+    address.set_defaults(func=_cmd_keys_address)
 
 
 def _deploy_options(p: argparse.ArgumentParser) -> None:
@@ -408,5 +532,6 @@ def _add_referee(sub) -> None:
 
 def add_chain_commands(sub) -> None:
     _add_chain(sub)
+    _add_keys(sub)
     _add_challenge(sub)
     _add_referee(sub)

@@ -41,6 +41,12 @@ def _add_generate(sub) -> None:
     add_pair_option(p, d["pair"])
     p.add_argument("--target-model", type=Path, help="local HF model directory (default: the pair's target)")
     p.add_argument("--draft-model", type=Path, help="local HF model directory, same vocabulary (default: the pair's)")
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        default=None,
+        help=f"run to --max-new-tokens past the model's end-of-sequence tokens (default {d['ignore_eos']})",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     p.add_argument("--config", type=Path, help="TOML file whose [generate] table supplies defaults")
     p.set_defaults(func=_cmd_generate)

@@ -13,7 +13,7 @@ import sys
 import webbrowser
 from pathlib import Path
 
-from node.chain.cheat import Cheat
+from node.chain.cheat import Cheat, cheats_help
 from node.cli.options import add_kernel_option, add_pair_option, defaults, resolve
 from node.client.ask import AskConfig
 from node.drafter.config import DrafterConfig
@@ -113,7 +113,7 @@ def _add_target(sub) -> None:
     p.add_argument(
         "--cheat",
         choices=[c.value for c in Cheat],
-        help="a DISHONEST operator for tests and demos: answer with the draft model, or flip one token (default none)",
+        help=f"a DISHONEST operator for tests and demos: {cheats_help()} (default none)",
     )
     p.add_argument(
         "--new-receipt-store",
@@ -160,31 +160,52 @@ def _cmd_target(args: argparse.Namespace) -> int:
 
 
 def _add_drafter(sub) -> None:
-    d = defaults(DrafterConfig)
     p = sub.add_parser(
         "drafter",
-        help="run a drafter peer that drafts tokens for a target (or redeem its vouchers)",
+        help="run a drafter peer that drafts tokens for a target (`drafter redeem`: cash its vouchers)",
         description=(
             "Join a target's drafting market: register on its rendezvous point (only the bootstrap multiaddr is "
             "needed) and serve draft sessions with a local draft model. Drafters post no bond and are never "
             "slashed. The hostile strategies exist for tests and demos; none can change the target's output. "
             "A bonded target pays --payout for accepted draft tokens with signed vouchers, kept in DATA_DIR's "
-            "wallet; `specmarket drafter redeem --rpc URL --key-file FILE` cashes them at the operators' escrows."
+            "wallet; `specmarket drafter redeem` cashes them at the operators' escrows (see its --help)."
         ),
     )
-    p.add_argument(
-        "action",
-        nargs="?",
-        choices=("run", "redeem"),
-        default="run",
-        help="run: serve drafts (default); redeem: redeem the wallet's vouchers and print what was paid, in ETH",
+    _drafter_run_options(p)
+    p.set_defaults(func=_cmd_drafter, overlap=None)  # --no-overlap not given: the config decides
+    actions = p.add_subparsers(dest="drafter_command", metavar="[run | redeem]", help="what to do (default run)")
+    # SUPPRESS: an option not given after the subcommand keeps its value from before it
+    run = actions.add_parser(
+        "run",
+        help="serve drafts (the default: `specmarket drafter --bootstrap ...` is the same)",
+        description="Serve drafts for the target at --bootstrap; the same as `specmarket drafter` without `run`.",
+        argument_default=argparse.SUPPRESS,
     )
+    _drafter_run_options(run)
+    redeem = actions.add_parser(
+        "redeem",
+        help="redeem the wallet's vouchers and print what was paid, in ETH",
+        description=(
+            "Redeem the newest voucher from each operator in DATA_DIR's wallet at its escrow, from the payout "
+            "address's key (only the voucher's drafter may redeem it), and print one line per voucher: what was "
+            "paid, in ETH, or why nothing was. Exits with status 2 when a voucher could not be redeemed because "
+            "of an error (no gas, another key's voucher, another chain); a voucher with nothing new is no error."
+        ),
+        argument_default=argparse.SUPPRESS,
+    )
+    _redeem_options(redeem)
+    redeem.set_defaults(func=_cmd_redeem)
+
+
+def _drafter_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of `specmarket drafter` (and `drafter run`)."""
+    d = defaults(DrafterConfig)
     p.add_argument("--bootstrap", help="the target's multiaddr, ending in /p2p/<peer id> (required)")
     add_pair_option(p, d["pair"])
     p.add_argument("--model", type=Path, help="draft model directory (default: the pair's draft)")
     add_kernel_option(p, d["kernel"])
     p.add_argument("--strategy", choices=STRATEGIES, help=f"honest, or a hostile behaviour (default {d['strategy']})")
-    p.add_argument("--data-dir", type=Path, help=f"identity key (default {d['data_dir']})")
+    p.add_argument("--data-dir", type=Path, help=f"identity key and wallet (default {d['data_dir']})")
     p.add_argument("--listen", help=f"libp2p listen multiaddr (default {d['listen']})")
     p.add_argument("--slow-ms", type=int, help=f"delay of the slow and stall strategies (default {d['slow_ms']})")
     p.add_argument("--seed", type=int, help=f"seed of the random/flaky strategies (default {d['seed']})")
@@ -193,7 +214,6 @@ def _add_drafter(sub) -> None:
         "--no-overlap",
         dest="overlap",
         action="store_false",
-        default=None,
         help="answer each round only when asked: no early drafts while the target verifies (default: overlap on)",
     )
     p.add_argument(
@@ -213,25 +233,39 @@ def _add_drafter(sub) -> None:
     p.add_argument(
         "--payout",
         metavar="ADDRESS",
-        help="where targets pay this drafter (sent to each target over the authenticated session; default: unpaid)",
+        help="where targets pay this drafter (sent to each target over the authenticated session; "
+        "`specmarket keys new --out FILE` makes a key and prints its address; default: unpaid)",
     )
     p.add_argument(
         "--rpc",
         metavar="URL",
         help="a chain to check, after each voucher, that the operator's escrow covers it (stop drafting for it "
-        "otherwise); with redeem: the chain to redeem on (default: no checks)",
+        "otherwise; default: no checks)",
     )
-    p.add_argument("--key-file", type=Path, help="the payout address's private key file (redeem, --redeem-above)")
+    p.add_argument("--key-file", type=Path, help="the payout address's private key file (for --redeem-above)")
     p.add_argument(
         "--redeem-above",
         type=int,
         metavar="WEI",
         help="with --rpc and --key-file: redeem a target's vouchers as soon as what is unredeemed reaches WEI "
         "(0: after every voucher), so an operator that empties its escrow takes at most about one job's pay "
-        "(default: redeem by hand)",
+        "(default: redeem by hand, `specmarket drafter redeem`)",
     )
     p.add_argument("--config", type=Path, help="TOML file whose [drafter] table supplies defaults")
-    p.set_defaults(func=_cmd_drafter)
+
+
+def _redeem_options(p: argparse.ArgumentParser) -> None:
+    d = defaults(DrafterConfig)
+    p.add_argument("--rpc", metavar="URL", help="the chain to redeem on, e.g. http://127.0.0.1:8545 (required)")
+    p.add_argument(
+        "--key-file",
+        type=Path,
+        help="the payout address's private key file (`specmarket keys new --out FILE` makes one; required)",
+    )
+    p.add_argument(
+        "--data-dir", type=Path, help=f"the drafter's data dir, which holds wallet.json (default {d['data_dir']})"
+    )
+    p.add_argument("--config", type=Path, help="TOML file whose [drafter] table supplies defaults (rpc, key-file)")
 
 
 def _cmd_drafter(args: argparse.Namespace) -> int:
@@ -242,8 +276,6 @@ def _cmd_drafter(args: argparse.Namespace) -> int:
 
     node_logging(args.verbose)
     options = resolve(args, "drafter", DrafterConfig)
-    if args.action == "redeem":
-        return _redeem(options)
     if not options["bootstrap"]:
         raise InvalidParams("--bootstrap MULTIADDR is required (the target prints it at start)")
     cfg = DrafterConfig(**options)
@@ -259,17 +291,23 @@ def _cmd_drafter(args: argparse.Namespace) -> int:
     return 0
 
 
-def _redeem(options: dict) -> int:
+def _cmd_redeem(args: argparse.Namespace) -> int:
+    """Each voucher's line once, on stdout; status 2 (one line on stderr) when one failed."""
     from node.chain.keys import read_key
-    from node.drafter.redeem import redeem_all
+    from node.drafter.redeem import RedeemError, redeem_all
 
+    node_logging(args.verbose)
+    options = resolve(args, "drafter", DrafterConfig)
     if not options.get("rpc") or options.get("key_file") is None:
         raise InvalidParams("redeem needs --rpc URL and --key-file FILE (the payout address's key)")
     rows = redeem_all(Path(options["data_dir"]), options["rpc"], read_key(Path(options["key_file"])))
     for row in rows:
-        print(row.line())
+        print(row.line(), flush=True)
     if not rows:
         print(f"no vouchers in {options['data_dir']}: nothing to redeem")
+    failed = sum(1 for row in rows if row.error)
+    if failed:
+        raise RedeemError(f"{failed} of {len(rows)} voucher(s) not redeemed (the line of each says why)")
     return 0
 
 
@@ -281,7 +319,12 @@ def _add_ask(sub) -> None:
         description=(
             "Stream a completion from a target node; --json prints the whole answer with its stats. With --chat "
             "the prompt is one user message (after --system, if given) sent to /v1/chat/completions, so the target "
-            "applies its model's chat template; the receipt then covers the templated prompt tokens."
+            "applies its model's chat template; the receipt then covers the templated prompt tokens. A bonded "
+            "target's receipt is checked against this machine's copy of the model (--pair / --target-model: the "
+            "prompt's tokens, the stop tokens, the model hash) and the chain (--rpc, --deployments: the operator is "
+            "registered and bonded, the receipt fresh). What cannot be checked (no model files here, no chain "
+            "answering) is named on stderr in 'warning: not checked: ...' lines, and the answer and --receipt-out "
+            "are still given: exit status 0. A check that fails, or a failed request, exits with status 2."
         ),
     )
     p.add_argument("prompt", help="prompt text (with --chat: the user's message)")
@@ -289,9 +332,19 @@ def _add_ask(sub) -> None:
     p.add_argument("--seed", type=int, help="sampling seed (default: the target picks one and reports it)")
     p.add_argument("--max-new-tokens", type=int, help=f"tokens to generate (default {d['max_new_tokens']})")
     p.add_argument("--temperature", type=float, help=f"0 = greedy (default {d['temperature']})")
+    p.add_argument("--top-k", type=int, help=f"sample among the K likeliest tokens; 0 = off (default {d['top_k']})")
     p.add_argument("--top-p", type=float, help=f"nucleus mass in (0, 1] (default {d['top_p']})")
     p.add_argument(
-        "--receipt-out", type=Path, help="save the answer's signed receipt here (for `specmarket challenge`)"
+        "--ignore-eos",
+        action="store_true",
+        default=None,
+        help=f"run to --max-new-tokens past the model's end-of-sequence tokens (default {d['ignore_eos']})",
+    )
+    p.add_argument(
+        "--receipt-out",
+        type=Path,
+        help="save the answer's signed receipt here (for `specmarket challenge`), even when the chain cannot be "
+        "checked (a warning says so)",
     )
     p.add_argument(
         "--chat",
@@ -302,6 +355,13 @@ def _add_ask(sub) -> None:
     p.add_argument("--system", help="with --chat: a system message before the user's (default none)")
     add_pair_option(p, d["pair"])
     p.add_argument("--target-model", type=Path, help="the model the target must be bonded for (default: the pair's)")
+    p.add_argument(
+        "--verify-model",
+        action="store_true",
+        default=None,
+        help="hash the model's files again instead of reading the hash cached for them (kept by file size and "
+        f"times in the user's data dir; default {d['verify_model']})",
+    )
     p.add_argument("--rpc", help=f"chain to check a receipt's operator on (default {d['rpc']})")
     p.add_argument("--deployments", type=Path, help=f"trusted <chainId>.json deployments (default {d['deployments']})")
     p.add_argument("--config", type=Path, help="TOML file whose [ask] table supplies defaults")
@@ -310,6 +370,8 @@ def _add_ask(sub) -> None:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
+    """The answer on stdout (streamed, or one JSON object with --json, whose ``not_checked`` lists
+    what the receipt check left out); the receipt and the stats on stderr."""
     from node.client.ask import ask
 
     if not args.verbose:  # py-libp2p logs each failed dial itself; the error line says why already
@@ -321,13 +383,15 @@ def _cmd_ask(args: argparse.Namespace) -> int:
             sys.stdout.flush()
 
     cfg = AskConfig(**resolve(args, "ask", AskConfig))
-    summary, receipt_line = ask(cfg, on_text)
+    summary, report = ask(cfg, on_text)
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps({**summary, "not_checked": list(report.not_checked)}))
+        for line in report.lines()[1:]:
+            print(line, file=sys.stderr)
         return 0
-    if receipt_line:
-        print(receipt_line, file=sys.stderr)
     print(file=sys.stdout)
+    for line in report.lines():
+        print(line, file=sys.stderr)
     s = summary.get("stats", {})
     print(
         f"[{len(summary.get('tokens', []))} tokens, seed {summary.get('seed')}, "

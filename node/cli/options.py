@@ -25,6 +25,19 @@ class ConfigError(SpecmarketError):
     """An unreadable config file, an unknown key in it, or a value of the wrong type."""
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A parser whose subcommands refuse an unknown option themselves, with their own usage line:
+    argparse leaves it to the top-level parser, whose usage names none of the subcommand's options
+    (``specmarket chain down --bogus`` printed ``usage: specmarket [-h] [-v] {generate,...}``).
+    ``add_subparsers`` makes every subcommand's parser of the parent's class."""
+
+    def parse_known_args(self, args=None, namespace=None):  # argparse's signature
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def defaults(*classes: type) -> dict[str, Any]:
     """Field name -> default of each config dataclass (fields without a default are left out)."""
     out: dict[str, Any] = {}

@@ -209,9 +209,13 @@ def _stream(base_url: str, path: str, body: dict[str, Any], on_text, text_of: Te
         raise TargetUnreachable(f"the connection to {base_url} failed: {exc!r}") from exc
 
 
-def _sampling(max_tokens: int, seed: int | None, temperature: float, top_p: float) -> dict[str, Any]:
+def _sampling(
+    max_tokens: int, seed: int | None, temperature: float, top_p: float, top_k: int, ignore_eos: bool
+) -> dict[str, Any]:
+    """The request's sampling fields; the extensions (seed, top_k, ignore_eos) only where they are set."""
     body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "stream": True}
-    return body if seed is None else {**body, "seed": seed}
+    extensions = {"seed": seed, "top_k": top_k or None, "ignore_eos": ignore_eos or None}
+    return body | {name: value for name, value in extensions.items() if value is not None}
 
 
 def stream_completion(
@@ -223,15 +227,18 @@ def stream_completion(
     temperature: float,
     top_p: float,
     on_text: Callable[[str], None],
+    top_k: int = 0,
+    ignore_eos: bool = False,
     timeout_s: float = 60.0,
 ) -> dict[str, Any]:
     """Stream one completion from ``base_url``; ``on_text`` gets each text delta as it arrives.
 
     Returns the final chunk's ``specmarket`` object (job, tokens, prompt_tokens, seed, stats,
-    credits, receipt) plus ``text`` (the whole completion) and ``finish_reason``. ``timeout_s``
-    bounds the connection and every wait for data.
+    credits, receipt) plus ``text`` (the whole completion) and ``finish_reason``. ``top_k`` 0 is
+    off; ``ignore_eos`` runs to ``max_tokens`` past the end-of-sequence tokens. ``timeout_s`` bounds
+    the connection and every wait for data.
     """
-    body = {"prompt": prompt, **_sampling(max_tokens, seed, temperature, top_p)}
+    body = {"prompt": prompt, **_sampling(max_tokens, seed, temperature, top_p, top_k, ignore_eos)}
     return _stream(base_url, "/v1/completions", body, on_text, _completion_text, timeout_s)
 
 
@@ -244,9 +251,11 @@ def stream_chat(
     temperature: float,
     top_p: float,
     on_text: Callable[[str], None],
+    top_k: int = 0,
+    ignore_eos: bool = False,
     timeout_s: float = 60.0,
 ) -> dict[str, Any]:
     """As ``stream_completion``, for a chat: ``messages`` ({"role", "content"} each) go through the
     target model's chat template; ``prompt_tokens`` are the templated ids the receipt covers."""
-    body = {"messages": messages, **_sampling(max_tokens, seed, temperature, top_p)}
+    body = {"messages": messages, **_sampling(max_tokens, seed, temperature, top_p, top_k, ignore_eos)}
     return _stream(base_url, "/v1/chat/completions", body, on_text, _chat_text, timeout_s)

@@ -59,6 +59,15 @@ async def _exchange(fs: FrameStream, request: Request, on_text: Callable[[str], 
             raise AskFailed(f"the target refused the request: {msg.message}")
 
 
-def make_request(prompt: str, max_new_tokens: int, temperature: float, top_p: float, seed: int | None) -> Request:
+def make_request(
+    prompt: str,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int | None,
+    *,
+    top_k: int = 0,
+    ignore_eos: bool = False,
+) -> Request:
     """The generation request (the seed's bound is checked by AskConfig, before anything is sent)."""
-    return Request(prompt, max_new_tokens, temperature, 0, top_p, seed)
+    return Request(prompt, max_new_tokens, temperature, top_k, top_p, seed, ignore_eos)

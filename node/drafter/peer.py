@@ -40,7 +40,7 @@ from node.drafter.wallet import Wallet, escrow_shortfall
 from node.model.adapter import HFCausalLM
 from node.model.loading import load_model_dir, tokenizer_fingerprint
 from node.model.prefix_cache import PrefixCache
-from p2p.discovery import announce, drafter_namespace, withdraw
+from p2p.discovery import PointLink, announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamEnded, StreamFailed
 from p2p.host import InvalidAddress, parse_peer_addr, peer_addrs, running_host
 from p2p.messages import DRAFT_PROTOCOL_ID, TO_DRAFTER, Advance, Error, InvalidMessage, Open, Payout, Settle
@@ -200,8 +200,9 @@ class DrafterNode:
         accepted, voucher = (msg.accepted, msg.voucher) if msg is not None else (session.credited, "")
         kept = self.wallet.settle(target, session.job, session.price_wei, accepted, voucher)
         log.info(
-            "job %s: %d draft tokens accepted (own count ≤ %d) at %d wei%s",
-            session.job, accepted, session.matched, session.price_wei,
+            "job %s: credited by the target: %d draft tokens at %d wei (by its last advance: %d; matched by "
+            "this drafter's own count, which bounds that: %d)%s",
+            session.job, accepted, session.price_wei, session.credited, session.matched,
             f"; voucher for {kept.voucher.cumulative_wei} wei in all" if kept is not None else "",
         )  # fmt: skip
         if kept is not None and self.cfg.rpc and self.background is not None:
@@ -217,7 +218,8 @@ class DrafterNode:
             self.wallet.mark_cover(target, uncovered)
             if cfg.redeem_above is not None and cfg.key_file is not None:  # uncovered too: take what is left
                 redeem = partial(redeem_voucher, cfg.rpc, cfg.key_file, target, kept, cfg.redeem_above)
-                log.info("%s", (await trio.to_thread.run_sync(redeem, abandon_on_cancel=True)).line())
+                row = await trio.to_thread.run_sync(redeem, abandon_on_cancel=True)
+                (log.warning if row.error else log.info)("%s", row.line())
         except (SpecmarketError, OSError) as exc:
             log.warning("cannot check or redeem %s's voucher: %s", target, exc)
 
@@ -344,9 +346,10 @@ class DrafterNode:
             host.set_stream_handler(DRAFT_PROTOCOL_ID, self.handle_stream)
             namespace = drafter_namespace(self.fingerprint)
             relocate = self.find_target if self.cfg.target_http else None
-            await nursery.start(partial(announce, relocate=relocate), host, bootstrap, namespace)
+            link = PointLink()  # whether the target is gone: said once, by announce or withdraw
+            await nursery.start(partial(announce, relocate=relocate, link=link), host, bootstrap, namespace)
             log.info("drafter %s (%s) ready", host.get_id(), self.cfg.strategy)
             task_status.started(peer_addrs(host))
             await self._stopping.wait()
-            await withdraw(host, bootstrap, namespace)  # while the host still runs, so it gets out
+            await withdraw(host, bootstrap, namespace, link)  # while the host still runs, so it gets out
             nursery.cancel_scope.cancel()

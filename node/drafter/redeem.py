@@ -1,13 +1,14 @@
 """`specmarket drafter redeem`: redeem the wallet's newest voucher from each operator at its escrow.
 
 Only the voucher's drafter may redeem it (DrafterEscrow pays the caller, a pull payment), so the key
-must be the payout address's. A voucher already redeemed in full is skipped without a transaction.
+must be the payout address's. A voucher already redeemed in full is skipped without a transaction
+(``skipped``); one that could not be redeemed, for want of gas, for another key or another chain, is
+a failure (``error``). Nothing here logs a row: the caller prints or logs each one once.
 """
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eth_account import Account
@@ -18,8 +19,11 @@ from node.chain.deployment import format_ether
 from node.chain.escrow import EscrowClient
 from node.chain.vouchers import SignedVoucher
 from node.drafter.wallet import Wallet
+from verifier.errors import SpecmarketError
 
-log = logging.getLogger(__name__)
+
+class RedeemError(SpecmarketError):
+    """A voucher could not be redeemed (its row says why)."""
 
 
 @dataclass(frozen=True)
@@ -32,10 +36,13 @@ class Redeemed:
     short_wei: int  # what the escrow could not pay now (still owed: redeem again later)
     gas: int = 0
     tx: str = ""  # the redeem transaction's hash
-    skipped: str = ""  # why nothing was sent
+    skipped: str = ""  # why nothing was sent, when that is as it should be (nothing new)
+    error: str = ""  # why it could not be redeemed (no gas, another key's voucher, another chain)
 
     def line(self) -> str:
         head = f"{self.target}: operator {self.operator}: "
+        if self.error:
+            return head + f"not redeemed: {self.error}"
         if self.skipped:
             return head + self.skipped
         owed = f"; {format_ether(self.short_wei)} still owed" if self.short_wei else ""
@@ -57,26 +64,22 @@ def redeem_one(w3, key: bytes, target: str, signed: SignedVoucher, at_least_wei:
     me, v = Account.from_key(key).address, signed.voucher
     row = Redeemed(target, v.operator, v.cumulative_wei, 0, 0, 0)
     if v.drafter != me:
-        return _skip(row, f"the voucher pays {v.drafter}, not this key's {me}")
+        return replace(row, error=f"the voucher pays {v.drafter}, not this key's {me}")
     if signed.domain.chain_id != w3.eth.chain_id:
-        return _skip(row, f"the voucher is for chain {signed.domain.chain_id}, the RPC's is {w3.eth.chain_id}")
+        return replace(row, error=f"the voucher is for chain {signed.domain.chain_id}, the RPC's is {w3.eth.chain_id}")
     escrow = EscrowClient(w3, signed.domain.contract)
     paid = escrow.paid(v.operator, v.drafter)
     if v.cumulative_wei <= paid:
-        return _skip(row, f"nothing new: {format_ether(paid)} paid of {format_ether(v.cumulative_wei)}")
+        return replace(row, skipped=f"nothing new: {format_ether(paid)} paid of {format_ether(v.cumulative_wei)}")
     if v.cumulative_wei - paid < at_least_wei:
-        return _skip(row, f"{format_ether(v.cumulative_wei - paid)} unredeemed, below {format_ether(at_least_wei)}")
+        unredeemed = format_ether(v.cumulative_wei - paid)
+        return replace(row, skipped=f"{unredeemed} unredeemed, below {format_ether(at_least_wei)}")
     try:
         done = escrow.redeem(key, signed)
     except ChainError as exc:
-        return _skip(row, f"not redeemed: {exc}")
+        return replace(row, error=str(exc))
     tx = done.tx
     return Redeemed(target, v.operator, v.cumulative_wei, done.amount, paid, done.short, tx.gas_used, tx.tx_hash)
-
-
-def _skip(row: Redeemed, why: str) -> Redeemed:
-    log.info("%s", why)
-    return Redeemed(row.target, row.operator, row.voucher_wei, 0, 0, 0, skipped=why)
 
 
 def redeem_voucher(rpc: str, key_file: Path, target: str, signed: SignedVoucher, at_least_wei: int) -> Redeemed:

@@ -90,7 +90,9 @@ class DraftSession:
     tokens_sent: int = 0  # draft tokens sent (answers and early drafts), for the session's last log line
     garbage_index: int = 0
     price_wei: int = 0  # what the target pays per accepted draft token (its open)
-    matched: int = 0  # own count: tokens of this drafter's answers that the emitted tokens matched
+    # own count: tokens of this drafter's answers that the emitted tokens matched, in the rounds an advance
+    # closed; an upper bound of ``credited`` (the job's last round is only in the settle's count)
+    matched: int = 0
     credited: int = 0  # the target's count of this drafter's accepted tokens (its newest advance)
     settled: bool = False  # the target's settle came: the session is over
 
@@ -121,7 +123,8 @@ class DraftSession:
     def count_accepted(self, msg: Advance, emitted: list[int]) -> None:
         """Own count: the answer to the round just ended matched ``emitted`` this far (under GUMBEL
         exactly what verification accepts if the target verified it, so an upper bound of the
-        target's count), and the target's count, which never decreases."""
+        target's count in this advance; the settle's count adds the job's last round, which no
+        advance closes), and the target's count, which never decreases."""
         if self.answered == self.k:  # our answer (or our early draft) was this round's
             self.matched += common_prefix(self.path[: self.answer_len], emitted)
         if msg.accepted < self.credited:

@@ -187,7 +187,7 @@ class LocalDrafting:
 
 def _engine_mode(loop: TrioThread, engine: Engine, params: SamplingParams, cfg, texts: dict, sink: list[dict]):
     def run(ids: list[int], seed: int) -> list[int]:
-        req = CompletionRequest(texts[tuple(ids)], cfg.max_new_tokens, params.temperature, seed=seed)
+        req = CompletionRequest(texts[tuple(ids)], cfg.max_new_tokens, params.temperature, seed=seed, ignore_eos=True)
         result = loop.run(engine.complete, req)
         sink.append({**result.stats, "tokens": len(result.tokens)})
         return list(result.tokens)

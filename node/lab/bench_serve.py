@@ -146,7 +146,9 @@ def run_bench_serve(
     table: dict[str, dict[str, dict]] = {}
     for n in clients:
         requests = [
-            CompletionRequest(tuple(prompts[i % len(prompts)]), max_tokens=tokens, temperature=0.0, seed=i)
+            CompletionRequest(
+                tuple(prompts[i % len(prompts)]), max_tokens=tokens, temperature=0.0, seed=i, ignore_eos=True
+            )
             for i in range(n)
         ]
         runs = {

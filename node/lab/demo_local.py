@@ -67,7 +67,9 @@ def _print_table(rows: list[dict]) -> None:
 
 def run_demo(max_new_tokens: int, out: Path) -> int:
     pair = load_pair(get_pair(LOCAL_DEMO_PAIR).target_dir(), get_pair(LOCAL_DEMO_PAIR).draft_dir())
-    base = GenerateConfig(prompt="", max_new_tokens=max_new_tokens, params=DEMO_PARAMS, pair=LOCAL_DEMO_PAIR)
+    base = GenerateConfig(
+        prompt="", max_new_tokens=max_new_tokens, params=DEMO_PARAMS, pair=LOCAL_DEMO_PAIR, ignore_eos=True
+    )
     rows, reference = [], []
     for drafter, rule in tqdm(DEMO_RUNS, desc="demo runs", unit="config"):
         runs = [

@@ -73,7 +73,8 @@ def local_sweep(
     threads = torch.get_num_threads()
     torch.set_num_threads(SWEEP_THREADS)
     params = SamplingParams(temperature=temperature)
-    base = GenerateConfig(prompt="", max_new_tokens=max_tokens, params=params)  # the pair is given, loaded
+    # the pair is given, loaded; every run the same length, as the sweep compares times per token
+    base = GenerateConfig(prompt="", max_new_tokens=max_tokens, params=params, ignore_eos=True)
     best: dict[int, dict] = {}
     try:
         for _ in range(repeats):

@@ -16,11 +16,12 @@ from node.model.pairs import DEFAULT_PAIR, get_pair
 from verifier.decode import DecodeResult, Proposer, decode
 from verifier.errors import ContextTooLong, InvalidParams
 from verifier.params import SamplingParams
-from verifier.proposal import DEFAULT_GAMMA
+from verifier.proposal import TARGET_GAMMA
 from verifier.proposers import PROPOSERS, build_proposer
 from verifier.verify import Rule
 
 DRAFTERS = ("none", *PROPOSERS)  # who drafts for `generate`; none = plain decoding
+DOCUMENT_BOUNDARY = "<|endoftext|>"  # the token between documents in pretraining, where the vocabulary has it
 LYING_WANTED_TEXT = "!"  # the token the lying drafter tries to force into every answer
 
 
@@ -30,12 +31,13 @@ class GenerateConfig:
     seed: int = 0
     max_new_tokens: int = 64
     params: SamplingParams = field(default_factory=SamplingParams)
-    gamma: int = DEFAULT_GAMMA
+    gamma: int = TARGET_GAMMA  # the target's: a local run decodes as the served one does
     drafter: str = "honest"
     rule: Rule = Rule.GUMBEL
     pair: str = DEFAULT_PAIR  # named target/draft pair (node.model.pairs)
     target_model: Path | None = None  # default: the pair's target
     draft_model: Path | None = None  # default: the pair's draft
+    ignore_eos: bool = False  # run to max_new_tokens past the model's end-of-sequence tokens
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
@@ -43,9 +45,41 @@ class GenerateConfig:
             raise InvalidParams(f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTERS)}")
 
 
+def _token_id(tokenizer, token: str) -> int | None:
+    """``token``'s id in a transformers tokenizer or a ``tokenizers.Tokenizer``; None when absent."""
+    if hasattr(tokenizer, "token_to_id"):  # tokenizers.Tokenizer (the client's fast path)
+        return tokenizer.token_to_id(token)
+    found = tokenizer.convert_tokens_to_ids(token)
+    unknown = found == tokenizer.unk_token_id and token != tokenizer.unk_token  # an unknown token maps to unk
+    return None if found is None or unknown else found
+
+
+def document_boundary(tokenizer, eos_token_id: int | None = None) -> int:
+    """The token that separates documents in pretraining: ``<|endoftext|>`` where the vocabulary has
+    it (Qwen, SmolLM2, the tiny pair), else the end-of-sequence token. Qwen's end-of-sequence token is
+    ``<|im_end|>``, the end of a chat turn, so it is no document boundary."""
+    found = _token_id(tokenizer, DOCUMENT_BOUNDARY)
+    eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+    return int(found if found is not None else eos)
+
+
+def end_of_sequence_tokens(tokenizer, eos_token_id: int | None = None) -> tuple[int, ...]:
+    """The tokens an answer ends at by default, ascending: the model's end-of-sequence token and
+    its document boundary (Qwen: ``<|endoftext|>`` and ``<|im_end|>``, as its generation config
+    lists them; vLLM and llama.cpp stop at the same)."""
+    eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+    return tuple(sorted({int(eos), document_boundary(tokenizer, eos)}))
+
+
 def encode_prompt(tokenizer, text: str) -> list[int]:
-    """Prompt token ids: the end-of-text token (a document boundary, as in training) + the text."""
-    return [tokenizer.eos_token_id, *tokenizer.encode(text)]
+    """Prompt token ids: the document boundary (as in pretraining) + the text."""
+    return [document_boundary(tokenizer), *tokenizer.encode(text)]
+
+
+def text_of(tokenizer, tokens) -> str:
+    """Tokens as text, special tokens left out (as vLLM and llama.cpp show answers); the token ids
+    keep them."""
+    return tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
 def check_fits(pair: ModelPair, prompt_len: int, max_new_tokens: int) -> None:
@@ -82,6 +116,7 @@ def run_decode(pair: ModelPair, cfg: GenerateConfig, prompt_ids: list[int], on_t
         max_new_tokens=cfg.max_new_tokens,
         gamma=cfg.gamma,
         rule=cfg.rule,
+        stop_tokens=() if cfg.ignore_eos else end_of_sequence_tokens(pair.tokenizer),
         on_token=on_token,
     )
 
@@ -97,7 +132,7 @@ def generate(cfg: GenerateConfig, pair: ModelPair | None = None, on_text=None) -
         pair.draft.reset()
     prompt_ids = encode_prompt(pair.tokenizer, cfg.prompt)
     check_fits(pair, len(prompt_ids), cfg.max_new_tokens)
-    on_token = (lambda toks: on_text(pair.tokenizer.decode(list(toks)))) if on_text else None
+    on_token = (lambda toks: on_text(text_of(pair.tokenizer, toks))) if on_text else None
     started = time.perf_counter()
     result = run_decode(pair, cfg, prompt_ids, on_token)
     wall = time.perf_counter() - started
@@ -106,7 +141,7 @@ def generate(cfg: GenerateConfig, pair: ModelPair | None = None, on_text=None) -
     stats["tokens_per_second"] = round(len(result.tokens) / wall, 2) if wall > 0 else 0.0
     return {
         "tokens": list(result.tokens),
-        "text": pair.tokenizer.decode(list(result.tokens)),
+        "text": text_of(pair.tokenizer, result.tokens),
         "prompt_tokens": prompt_ids,
         "seed": cfg.seed,
         "drafter": cfg.drafter,

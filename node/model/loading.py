@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.model.adapter import HFCausalLM
+from node.model.hash_cache import compute_model_hash, sha256_file  # noqa: F401  (sha256_file: re-exported)
 from node.model.kernels import KERNELS, KernelUnavailable, library
 from node.model.packed import is_packed_model
 from node.model.pairs import CACHE_DIR, CONVERTED_MARKER, PAIRS, SETUP_COMMAND
@@ -135,28 +136,15 @@ def load_pair(
     return ModelPair(target, draft, tokenizer, fingerprint)
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """A file's sha256, read in chunks: a 3 GB weights file never sits in memory whole (six processes
-    hashing one at start-up at once took 18 GB)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def model_hash(path: Path | str) -> bytes:
     """The 32-byte model commitment an operator bonds and signs receipts for: sha256 over the sorted
     ``name sha256(file)`` lines of every file in the model directory (weights, config, tokenizer),
-    except a conversion's record (``CONVERTED_MARKER``), which describes the model and holds this hash."""
+    except a conversion's record (``CONVERTED_MARKER``), which describes the model and holds this hash.
+    Every file is read (node/model/hash_cache.py computes it, and caches it for clients)."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"model directory {path} has no config.json")
-    lines = []
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != CONVERTED_MARKER):
-        digest = sha256_file(file)
-        lines.append(f"{file.relative_to(path).as_posix()} {digest}\n")
-    return hashlib.sha256("".join(lines).encode()).digest()
+    return compute_model_hash(path)
 
 
 def is_converted(out_dir: Path, gguf_sha256: str, quant: str | None = None) -> bool:

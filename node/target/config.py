@@ -26,7 +26,7 @@ from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime.dirs import default_data_dir
 from p2p.messages import DEFAULT_LISTEN, MAX_PRICE_WEI
 from verifier.errors import InvalidParams
-from verifier.proposal import MAX_GAMMA
+from verifier.proposal import MAX_GAMMA, TARGET_GAMMA
 from verifier.tree import DEFAULT_TREE_NODES, MAX_TREE_NODES
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ WAIT_BUDGET_SHARE = 0.05
 # The most draft tokens one round verifies. Honest drafters end a block early at a token they are
 # unsure of (node.drafter.config.DEFAULT_MIN_CONFIDENCE), so rounds are this long only where the
 # draft is confident: chosen with it on the qwen2.5-coder pair (docs/target-performance.md).
-TARGET_GAMMA = 6
+# TARGET_GAMMA lives in verifier.proposal, so that `generate` defaults to it too.
 
 # The first round's pass prefills the prompt, many times a one-position pass. It is decoded alone: the
 # target sends the drafters the prompt and prefills at once, while they prefill and draft their first

@@ -22,12 +22,13 @@ import trio
 
 from node.chain.cheat import Cheat
 from node.chain.receipts import RequestSpec, SignedReceipt
-from node.model.decoding import check_fits, encode_prompt
+from node.model.decoding import check_fits, encode_prompt, end_of_sequence_tokens, text_of
 from node.model.loading import ModelPair
 from node.model.prefix_cache import PrefixCache
 from node.target.batching import BatchedLM, PassBatcher
 from node.target.config import DEFAULT_BATCH_ROWS, DEFAULT_MAX_JOBS
 from node.target.counters import EngineCounters, JobHistory, JobRecord, format_stats, new_job_id
+from p2p.messages import MAX_NEW_TOKENS
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode
 from verifier.errors import InvalidParams, sole_error
 from verifier.model import LanguageModel
@@ -44,21 +45,24 @@ log = logging.getLogger(__name__)
 MAX_PROMPT_CHARS = 32_768
 PLAIN_PASS_PROBES = 3  # one-position passes timed when an engine starts: plain decoding's first estimate
 DRAWN_SEED_BOUND = 1 << 53  # seeds the server draws stay exact in JSON/JavaScript numbers, so they can be replayed
+FLIP_AT = 1  # Cheat.FLIP_TOKEN's output index (at most; see flip_position)
 REPLACEMENT_CHAR = "\ufffd"  # what a partial UTF-8 sequence decodes to; held back until completed
 
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    """One job. ``prompt`` is text (encoded as ``<|endoftext|>`` + text) or token ids that are used as
-    they are, e.g. the output of a chat template (``node.target.chat``)."""
+    """One job. ``prompt`` is text (encoded as the document boundary + text) or token ids that are
+    used as they are, e.g. the output of a chat template (``node.target.chat``)."""
 
     prompt: str | tuple[int, ...]
-    max_tokens: int = 16
+    max_tokens: int | None = 16  # None: as many as the context window leaves, at most MAX_NEW_TOKENS
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None  # None: the server draws one and reports it
-    stop_at_eos: bool = False  # end at the tokenizer's end-of-sequence token (chat: the end of the turn)
+    # False: the answer ends at the model's first end-of-sequence token (the receipt names them);
+    # True: it runs to max_tokens (vLLM's ignore_eos)
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt, tuple):
@@ -68,7 +72,9 @@ class CompletionRequest:
             raise InvalidParams("'prompt' must be a non-empty string")
         elif len(self.prompt) > MAX_PROMPT_CHARS:
             raise InvalidParams(f"'prompt' is {len(self.prompt)} characters; the limit is {MAX_PROMPT_CHARS}")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+        if self.max_tokens is not None and (
+            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1
+        ):
             raise InvalidParams(f"'max_tokens' must be a positive integer, got {self.max_tokens!r}")
         if self.seed is not None and (
             isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED
@@ -96,10 +102,9 @@ class CompletionResult:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What one job decodes: the receipted request and the token it stops at (None: max_tokens)."""
+    """What one job decodes: the receipted request (its stop tokens included)."""
 
     request: RequestSpec
-    stop_token: int | None
 
 
 ChunkSink = Callable[[tuple[int, ...], str], Awaitable[None]]
@@ -149,13 +154,13 @@ class TextStream:
 
     def feed(self, tokens: Sequence[int]) -> str:
         self.tokens.extend(tokens)
-        text = self.tokenizer.decode(self.tokens)
+        text = text_of(self.tokenizer, self.tokens)
         end = len(text.rstrip(REPLACEMENT_CHAR))
         delta, self.emitted = text[self.emitted : end], max(self.emitted, end)
         return delta
 
     def flush(self) -> str:
-        text = self.tokenizer.decode(self.tokens)
+        text = text_of(self.tokenizer, self.tokens)
         delta, self.emitted = text[self.emitted :], len(text)
         return delta
 
@@ -276,6 +281,12 @@ async def _no_drafting(job_id: str, params: SamplingParams, seed: int, gamma: in
     yield None
 
 
+def flip_position(spec: RequestSpec) -> int:
+    """Where Cheat.FLIP_TOKEN changes a token: early enough that an answer ended by its stop rule
+    still has it (the second token, or the first of a one-token request)."""
+    return min(spec.max_tokens // 2, FLIP_AT)
+
+
 def flip_tokens(tokens: Sequence[int], offset: int, position: int, vocab_size: int) -> tuple[int, ...]:
     """Cheat.FLIP_TOKEN: ``tokens`` (starting at output index ``offset``) with the one at ``position``
     replaced by the next id."""
@@ -298,6 +309,7 @@ class Engine:
         *,
         model_name: str,
         gamma: int,
+        model_hash: bytes | None = None,  # the served model's commitment (node.model.loading.model_hash)
         drafting: DraftingBackend | None = None,
         operator: Operator | None = None,
         cheat: Cheat = Cheat.NONE,
@@ -314,6 +326,7 @@ class Engine:
         self.cheat = cheat
         self.pair = pair
         self.model_name = model_name
+        self.model_hash = model_hash
         self.gamma = gamma
         self.drafting = drafting
         self.max_jobs = max_jobs  # jobs at once; one more raises Overloaded (HTTP 503, a libp2p error)
@@ -332,6 +345,11 @@ class Engine:
         if self.batcher is not None:
             self.batcher.close()
 
+    def _room(self, prompt_len: int) -> int:
+        """A request with no max_tokens (a chat runs to the end of its turn): what the context window
+        leaves after the prompt, at most MAX_NEW_TOKENS (a full window is refused as too long)."""
+        return max(1, min(MAX_NEW_TOKENS, self.pair.target.max_positions - prompt_len))
+
     def _job_context(self, job_id: str, params: SamplingParams, seed: int):
         if self.drafting is None:
             return _no_drafting(job_id, params, seed, self.gamma)
@@ -348,7 +366,7 @@ class Engine:
         if proposer is not None and hasattr(proposer, "watch_passes"):
             proposer.watch_passes(target)  # the market's wait budget compares against plain passes
         if self.cheat is Cheat.FLIP_TOKEN and on_token is not None:
-            on_token = self._flipping(on_token, spec.max_tokens // 2)
+            on_token = self._flipping(on_token, flip_position(spec))
         if proposer is not None and self.observers:
             proposer = TimedProposer(proposer, self.observers)
         result = decode(
@@ -359,14 +377,14 @@ class Engine:
             seed=spec.seed,
             max_new_tokens=spec.max_tokens,
             gamma=self.gamma,
-            stop_token=job.stop_token,
+            stop_tokens=spec.stop_tokens,
             on_token=on_token,
         )
         self.plain_pass_s = target.measured_plain_pass_s() or self.plain_pass_s  # the freshest measurement
         if self.cheat is not Cheat.DRAFT_MODEL:
             self.prefixes.keep(cache, len(spec.prompt))
         if self.cheat is Cheat.FLIP_TOKEN:
-            flipped = flip_tokens(result.tokens, 0, spec.max_tokens // 2, self.pair.target.vocab_size)
+            flipped = flip_tokens(result.tokens, 0, flip_position(spec), self.pair.target.vocab_size)
             result = DecodeResult(flipped, result.stats)
         return result
 
@@ -388,18 +406,20 @@ class Engine:
         prompt = list(req.prompt) if isinstance(req.prompt, tuple) else encode_prompt(self.pair.tokenizer, req.prompt)
         if max(prompt) >= self.pair.target.vocab_size:
             raise InvalidParams(f"a prompt token id is outside the vocabulary of {self.pair.target.vocab_size}")
-        check_fits(self.pair, len(prompt), req.max_tokens)
+        max_tokens = req.max_tokens if req.max_tokens is not None else self._room(len(prompt))
+        check_fits(self.pair, len(prompt), max_tokens)
         seed = req.seed if req.seed is not None else secrets.randbelow(DRAWN_SEED_BOUND)
-        # temperature and top-p in millionths, exactly as the receipt will name them
-        spec = RequestSpec.build(prompt, req.params, seed, req.max_tokens)
-        job = JobSpec(spec, self.pair.tokenizer.eos_token_id if req.stop_at_eos else None)
+        stops = () if req.ignore_eos else end_of_sequence_tokens(self.pair.tokenizer)
+        # temperature and top-p in millionths, exactly as the receipt will name them, and the stop rule
+        job = JobSpec(RequestSpec.build(prompt, req.params, seed, max_tokens, stops))
         job_id = job_id or new_job_id()
         if self.operator is not None:
             self.operator.require_serving()  # before any work: an answer it cannot receipt is refused
         self.counters.start_job(self.max_jobs)
         try:
             # SQLite and perhaps a signature (a stale stored receipt is re-signed): off the trio thread
-            stored = await trio.to_thread.run_sync(self.operator.lookup, spec) if self.operator is not None else None
+            op = self.operator
+            stored = await trio.to_thread.run_sync(op.lookup, job.request) if op is not None else None
             if stored is not None:
                 return await self._replay(job_id, job, stored, on_chunk)
             return await self._run_job(job_id, job, on_chunk)
@@ -416,12 +436,12 @@ class Engine:
     async def _replay(self, job_id: str, job: JobSpec, stored: SignedReceipt, on_chunk) -> CompletionResult:
         """A request this operator answered before: the same answer and receipt, no decoding."""
         log.info("job %s: request answered before; replaying its receipted answer", job_id)
-        text = self.pair.tokenizer.decode(list(stored.output))
+        text = text_of(self.pair.tokenizer, stored.output)
         if on_chunk is not None:
             await on_chunk(stored.output, text)
         result = DecodeResult(stored.output, DecodeStats())
         stats = {**result.stats.to_dict(), "replayed": 1}
-        return self._result(job_id, JobSpec(stored.request, job.stop_token), result, {}, stats, stored)
+        return self._result(job_id, JobSpec(stored.request), result, {}, stats, stored)
 
     async def _run_job(self, job_id: str, job: JobSpec, on_chunk):
         spec = job.request
@@ -475,12 +495,12 @@ class Engine:
         self.counters.add(result)
         spec = job.request
         tokens = signed.output if signed is not None else result.tokens
-        stopped = job.stop_token is not None and tokens[-1:] == (job.stop_token,)
+        stopped = bool(tokens) and tokens[-1] in spec.stop_tokens
         log.info("job %s: %d tokens, %s", job_id, len(tokens), format_stats(stats))
         self.history.add(JobRecord.of(job_id, len(tokens), stats), rounds)
         return CompletionResult(
             job=job_id,
-            text=self.pair.tokenizer.decode(list(tokens)),
+            text=text_of(self.pair.tokenizer, tokens),
             tokens=tokens,
             prompt_tokens=spec.prompt,
             seed=spec.seed,

@@ -47,7 +47,6 @@ MAX_ERROR_CHARS = 1000  # an error frame says why in a line, not the whole offen
 MAX_GENERATE_STREAMS_PER_PEER = 4
 MAX_GENERATE_STREAMS = 256  # all peers together (peer ids are free to mint)
 REFUSE_SEND_TIMEOUT_S = 2.0  # a refused stream hears why this soon, or is closed without it
-MODEL_NAME = "specmarket-target"
 
 
 def summed_counts(rows: list[dict]) -> dict[str, int]:
@@ -161,7 +160,9 @@ class TargetNode:
                 raise ClientGone(f"the client's stream failed: {exc}") from exc
 
         try:
-            creq = CompletionRequest(req.prompt, req.max_new_tokens, req.temperature, req.top_p, req.top_k, req.seed)
+            creq = CompletionRequest(
+                req.prompt, req.max_new_tokens, req.temperature, req.top_p, req.top_k, req.seed, req.ignore_eos
+            )
             result = await self.engine.complete(creq, on_chunk)
         except (StreamFailed, ClientGone):
             raise
@@ -183,6 +184,14 @@ class TargetNode:
 
             bond = partial(open_operator, operator, self.cfg.target_dir, Path(self.cfg.data_dir))
             self.operator, _ = await trio.to_thread.run_sync(bond, abandon_on_cancel=True)
+
+    async def _model_hash(self) -> bytes:
+        """The served model's commitment (what a bonded operator signs receipts for), for /v1/models."""
+        if self.operator is not None:
+            return self.operator.model_hash
+        from node.model.loading import model_hash
+
+        return await trio.to_thread.run_sync(model_hash, self.cfg.target_dir, abandon_on_cancel=True)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started({"multiaddrs": [...], "http": url})``."""
@@ -212,7 +221,8 @@ class TargetNode:
             )
             self.engine = Engine(
                 self.pair,
-                model_name=MODEL_NAME,
+                model_name=Path(cfg.target_dir).name,  # what /v1/models names, as vLLM names its --model
+                model_hash=await self._model_hash(),
                 gamma=cfg.gamma,
                 drafting=drafting if cfg.max_drafters else None,
                 operator=self.operator,

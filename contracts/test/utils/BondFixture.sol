@@ -41,7 +41,7 @@ abstract contract BondHelpers is TestBase {
         returns (bytes32)
     {
         bytes32 typehash = keccak256(
-            "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens)"
+            "Request(bytes32 promptHash,uint64 seed,uint32 temperatureMicros,uint32 topK,uint32 topPMicros,uint32 maxTokens,bytes32 stopHash)"
         );
         return keccak256(
             bytes.concat(
@@ -51,14 +51,20 @@ abstract contract BondHelpers is TestBase {
                 bytes32(uint256(p.temperatureMicros)),
                 bytes32(uint256(p.topK)),
                 bytes32(uint256(p.topPMicros)),
-                bytes32(uint256(p.maxTokens))
+                bytes32(uint256(p.maxTokens)),
+                p.stopHash
             )
         );
     }
 
     function _params(uint64 seed) internal pure returns (SpecmarketBond.SamplingParams memory) {
         return SpecmarketBond.SamplingParams({
-            seed: seed, temperatureMicros: 700_000, topK: 50, topPMicros: 900_000, maxTokens: 64
+            seed: seed,
+            temperatureMicros: 700_000,
+            topK: 50,
+            topPMicros: 900_000,
+            maxTokens: 64,
+            stopHash: keccak256("")
         });
     }
 

@@ -157,14 +157,12 @@ class Routes:
         self.body_timeout_s = limits.body_timeout_s if limits is not None else None
         self.write_timeout_s = limits.write_timeout_s if limits is not None else None
 
-    def _job(
-        self, body: Sampling, prompt: str | tuple[int, ...], wire: Wire, *, stop_at_eos: bool = False
-    ) -> JobResponse:
+    def _job(self, body: Sampling, prompt: str | tuple[int, ...], wire: Wire) -> JobResponse:
         if body.model is not None and body.model != self.engine.model_name:
             shown, served = body.model[:MAX_ECHOED_CHARS], self.engine.model_name
             message = f"the model '{shown}' does not exist; this server serves '{served}'"
             raise HttpError(404, message, param="model", code="model_not_found")
-        req = body.engine_request(prompt, stop_at_eos=stop_at_eos)
+        req = body.engine_request(prompt)
         return JobResponse(self.engine, req, wire, stream=body.stream, write_timeout_s=self.write_timeout_s)
 
     async def completions(self, request: Request) -> Response:
@@ -173,13 +171,16 @@ class Routes:
 
     async def chat_completions(self, request: Request) -> Response:
         """The messages through the model's chat template; the receipt covers the templated ids. The
-        answer ends at the end of the assistant's turn (the tokenizer's end-of-sequence token)."""
+        answer ends at the end of the assistant's turn (the model's end-of-sequence tokens), as a
+        completion does, unless ``ignore_eos``."""
         body = await parse_body(request, ChatBody, self.body_timeout_s)
         messages = [m.model_dump(include={"role", "content"}) for m in body.messages]
-        return self._job(body, chat_prompt(self.engine.pair.tokenizer, messages), ChatWire(), stop_at_eos=True)
+        return self._job(body, chat_prompt(self.engine.pair.tokenizer, messages), ChatWire())
 
     async def models(self) -> Response:
-        return _json(ModelList(data=[ModelCard(id=self.engine.model_name, created=self.created)]))
+        known = self.engine.model_hash
+        card = ModelCard(id=self.engine.model_name, created=self.created, model_hash=known and "0x" + known.hex())
+        return _json(ModelList(data=[card]))
 
     async def health(self) -> Response:
         """200 with ``"status": "ok"`` while the node can serve and honour its receipts; 503 with

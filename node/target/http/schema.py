@@ -35,9 +35,13 @@ MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TOKENS = 16
 MAX_CHAT_MESSAGES = 128
 MAX_ECHOED_CHARS = 64  # client-supplied strings quoted back in error messages are cut to this
-REQUEST_FIELDS = ("prompt", "messages", "max_tokens", "seed", "temperature", "top_k", "top_p")
+REQUEST_FIELDS = ("prompt", "messages", "max_tokens", "seed", "temperature", "top_k", "top_p", "ignore_eos")
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
 OWN_ERRORS = ("unsupported", "prompt_shape", "invalid_text", "chat_too_long")  # their messages name the field
+EMPTY_HINTS = {  # what an empty field should hold, said plainly
+    "prompt": "send the text to continue",
+    "messages": "send at least one message",
+}
 NEUTRAL: dict[str, tuple[Any, ...]] = {  # OpenAI fields this server cannot honour: accepted only as these
     "n": (1,),
     "best_of": (1,),
@@ -118,7 +122,8 @@ class Sampling(BaseModel):
     model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="ignore")
 
     model: str | None = Field(None, description="must name the served model when given")
-    max_tokens: int = Field(DEFAULT_MAX_TOKENS, le=MAX_NEW_TOKENS, description="tokens to generate, >= 1")
+    max_tokens: int | None = Field(DEFAULT_MAX_TOKENS, le=MAX_NEW_TOKENS, description="tokens to generate, >= 1")
+    ignore_eos: bool = Field(False, description="run to max_tokens past end-of-sequence (an extension, as in vLLM)")
     temperature: float = Field(1.0, description="0 = greedy, at most 100")
     top_p: float = Field(1.0, description="nucleus mass in (0, 1]; 1 = off")
     top_k: int = Field(0, description="0 = off (an extension, as in vLLM)")
@@ -147,20 +152,26 @@ class Sampling(BaseModel):
         message = "'{name}' is not supported by this server (only {shown})"
         raise PydanticCustomError("unsupported", message, {"name": info.field_name, "shown": shown})
 
-    def engine_request(self, prompt: str | tuple[int, ...], *, stop_at_eos: bool = False) -> CompletionRequest:
+    def engine_request(self, prompt: str | tuple[int, ...]) -> CompletionRequest:
         """The engine's request; a value out of range is a 400 naming its field."""
         try:
             return CompletionRequest(
-                prompt, self.max_tokens, self.temperature, self.top_p, self.top_k, self.seed, stop_at_eos
+                prompt, self.max_tokens, self.temperature, self.top_p, self.top_k, self.seed, self.ignore_eos
             )
         except InvalidParams as exc:
             raise HttpError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from exc
 
 
 class CompletionBody(Sampling):
-    """``POST /v1/completions``. Unknown fields are ignored, as OpenAI clients send many."""
+    """``POST /v1/completions``. Unknown fields are ignored, as OpenAI clients send many. With no
+    ``max_tokens`` an answer has at most 16 tokens, OpenAI's default for legacy completions."""
 
     prompt: Prompt
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _openai_default(cls, value: int | None) -> int:
+        return DEFAULT_MAX_TOKENS if value is None else value
 
 
 class ChatMessage(BaseModel):
@@ -178,6 +189,8 @@ class ChatBody(Sampling):
     model_config = ConfigDict(extra="forbid")
 
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_CHAT_MESSAGES)
+    # none: the answer runs to the end of the assistant's turn, bounded by the context window (OpenAI's chat)
+    max_tokens: int | None = Field(None, le=MAX_NEW_TOKENS, description="tokens to generate, >= 1; none: to the end")
     max_completion_tokens: int | None = Field(None, le=MAX_NEW_TOKENS, description="the newer name of max_tokens")
 
     @field_validator("messages")
@@ -222,6 +235,8 @@ def validation_error(errors: Sequence[Mapping[str, Any]]) -> HttpError:
         message, code = f"'{param}' is required", "missing_required_parameter"
     elif kind == "extra_forbidden":
         message, code = f"'{param}' is not a field of this request", "unknown_field"
+    elif kind in ("too_short", "string_too_short") and error.get("ctx", {}).get("actual_length") == 0:
+        message, code = f"'{param}' is empty: {EMPTY_HINTS.get(str(param), 'give it a value')}", "invalid_value"
     else:
         got = f", got {json_type(error.get('input'))}" if kind.endswith("_type") else ""
         message, code = f"'{param}': {error['msg']}{got}", "invalid_value"
@@ -350,10 +365,14 @@ class ChatCompletionChunk(Answer):
 
 
 class ModelCard(BaseModel):
+    """The served model: ``id`` is its directory's name, ``model_hash`` the commitment receipts
+    name (sha256 over its files, ``node.model.loading.model_hash``; null when not computed)."""
+
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "specmarket"
+    model_hash: str | None = None
 
 
 class ModelList(BaseModel):
