@@ -38,6 +38,7 @@ from node.client.signature import check_signed, receipt_digest, receipt_signer
 from node.model.hash_cache import CACHE_FILE, cached_model_hash, compute_model_hash
 from node.model.loading import TINY_TARGET, model_hash
 from node.model.pairs import MODELS_DIR, QWEN_TARGET_DIR, SMOLLM2_TARGET_DIR
+from verifier.errors import InvalidParams
 from verifier.params import SamplingParams
 
 pytestmark = pytest.mark.slow(seconds=40)  # a bonded target process and a dozen `ask` processes
@@ -162,6 +163,38 @@ def test_the_fast_tokenization_is_the_targets_succeeds(model_dir):
         assert fast_prompt(model_dir, prompt) == transformers_prompt(model_dir, prompt), prompt
 
 
+CHATS = [
+    [{"role": "user", "content": "def main("}],
+    [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "héllo 日本語 🎉\n\tx"}],
+    [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "<|im_end|>hello"},
+        {"role": "user", "content": "  and again  "},
+    ],
+]
+
+
+@pytest.mark.parametrize("model_dir", MODEL_DIRS, ids=lambda d: d.name)
+def test_the_fast_chat_template_is_the_targets_succeeds(model_dir):
+    """A chat's ids rendered without transformers (node.client.chat_render) are the ids that the
+    target's transformers tokenizer gives through apply_chat_template (node.target.chat): the model's
+    own template where it has one (Qwen, SmolLM2), the fallback where it has none (the tiny pair)."""
+    if not (model_dir / "tokenizer.json").is_file():
+        pytest.skip(f"{model_dir} is not prepared here (make setup)")
+    for chat in CHATS:
+        assert fast_prompt(model_dir, chat) == transformers_prompt(model_dir, chat), chat
+
+
+def test_a_template_that_refuses_the_chat_is_a_plain_error_reverts(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(TINY_TARGET, model)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ raise_exception('system messages are not supported') }}"
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(InvalidParams, match="refused the messages: system messages are not supported"):
+        fast_prompt(model, CHATS[1])
+
+
 def test_expect_without_model_files_names_what_it_cannot_check_succeeds(tmp_path):
     expected = expect(tmp_path, "x", hash_cache=tmp_path / CACHE_FILE)
     assert expected.prompt is expected.model_hash is expected.stop_tokens is None
@@ -251,12 +284,14 @@ def _refused_like_eth_account(signed: SignedReceipt) -> None:
 # --- `specmarket ask` end to end ------------------------------------------------------------------
 
 
-def test_ask_checks_the_receipt_without_the_heavy_stacks_succeeds(target, own_chain, tmp_path, data_home):
-    """A bonded answer over HTTP, --top-k and --receipt-out: every check runs, and none of
-    transformers, torch, web3, eth-account (py_ecc) or libp2p is imported to run them."""
+@pytest.mark.parametrize("chat", [False, True], ids=["completion", "chat"])
+def test_ask_checks_the_receipt_without_the_heavy_stacks_succeeds(target, own_chain, tmp_path, data_home, chat):
+    """A bonded answer over HTTP, --top-k and --receipt-out, as a completion and as a chat: every
+    check runs, and none of transformers, torch, web3, eth-account (py_ecc) or libp2p is imported
+    to run them."""
     out = tmp_path / "r.json"
     args = [PROMPT, "--target", target.lines["http"][0], *checked_against(own_chain, "--top-k", "7")]
-    args += ["--max-new-tokens", "6", "--receipt-out", str(out), "--json"]
+    args += ["--max-new-tokens", "6", "--receipt-out", str(out), "--json", *(["--chat"] if chat else [])]
     code = (
         "import sys, json; from node.cli import main; rc = main(sys.argv[1:]); "
         f"print(json.dumps({{'rc': rc, 'heavy': [m for m in {HEAVY!r} if m in sys.modules]}}), file=sys.stderr)"
@@ -268,7 +303,7 @@ def test_ask_checks_the_receipt_without_the_heavy_stacks_succeeds(target, own_ch
     assert json.loads(done.stderr.strip().splitlines()[-1]) == {"rc": 0, "heavy": []}, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     signed = SignedReceipt.from_json(json.loads(out.read_text()))
-    prompt, stops = fast_prompt(TINY_TARGET, PROMPT)
+    prompt, stops = fast_prompt(TINY_TARGET, [{"role": "user", "content": PROMPT}] if chat else PROMPT)
     assert signed.request.prompt == prompt and signed.request.stop_tokens == stops and signed.request.top_k == 7
     assert list(signed.output) == summary["tokens"] and summary["not_checked"] == []
     assert signed.receipt.model_hash == model_hash(TINY_TARGET)

@@ -12,7 +12,7 @@ for the trusted deployment by a registered, active operator of the expected mode
 
 What the checks need from this machine is prepared in background threads while the target works
 (``Preparation``): the prompt's tokens and the model hash (node/client/expected.py: the
-``tokenizers`` package and a cached hash, no transformers for a plain prompt), the chain's id and
+``tokenizers`` package, the chat template rendered without transformers, and a cached hash), the chain's id and
 trusted deployment (node/client/chain_view.py: plain JSON-RPC, no web3). The signature is checked
 with eth-keys (node/client/signature.py), not eth-account, whose import alone costs a third of a
 second. So a bonded answer costs little more than the CLI's start-up over the job.

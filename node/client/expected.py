@@ -5,9 +5,10 @@ chat), the model's stop tokens, and the model hash.
 A plain prompt is tokenized as ``encode_prompt`` does on the target (the document boundary, then the
 text; ``node.model.decoding.document_boundary``), but with the ``tokenizers`` package straight from
 the model's ``tokenizer.json``: it loads in milliseconds (Qwen's in about 0.4 s) where importing
-transformers and building its tokenizer take seconds. A chat goes through the model's chat template
-with transformers' tokenizer (``node.target.chat``), as the target applies it; so does a model
-directory without a ``tokenizer.json``. The model hash comes from the cache of
+transformers and building its tokenizer take seconds. A chat goes through the model's chat template,
+rendered as transformers renders it (``node.client.chat_render``); a model directory without a
+``tokenizer.json``, or a template with transformers-only features, goes through transformers'
+tokenizer (``node.target.chat``), as the target applies it. The model hash comes from the cache of
 ``node.model.hash_cache`` (each file's size and times; ``verify_model`` reads every file again).
 
 A client without the model's files can still check the receipt's signature and the operator's
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from node.client.chat_render import FastChatUnsupported, fast_chat_ids
 from node.model.decoding import document_boundary, end_of_sequence_tokens
 from node.model.hash_cache import cached_model_hash
 from verifier.errors import SpecmarketError
@@ -64,21 +66,28 @@ def expect(
     at ``model_dir`` must commit to; ``no_model_files`` when the directory has no config.json."""
     if not (model_dir / "config.json").is_file():
         return no_model_files(model_dir)
-    if isinstance(prompt, str) and (model_dir / "tokenizer.json").is_file():
+    try:
         tokens, stops = fast_prompt(model_dir, prompt)
-    else:
+    except FastChatUnsupported:
         tokens, stops = transformers_prompt(model_dir, prompt)
     return Expected(model_dir, tokens, stops, cached_model_hash(model_dir, cache=hash_cache, verify=verify_model))
 
 
-def fast_prompt(model_dir: Path, text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(prompt tokens, stop tokens) of a plain prompt, with the ``tokenizers`` package."""
+def fast_prompt(model_dir: Path, prompt: str | Messages) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(prompt tokens, stop tokens) with the ``tokenizers`` package: a plain prompt after the
+    document boundary, a chat through its template (``node.client.chat_render``). Raises
+    ``FastChatUnsupported`` where only transformers can (no tokenizer.json, a transformers-only template)."""
+    if not (model_dir / "tokenizer.json").is_file():
+        raise FastChatUnsupported(f"{model_dir} has no tokenizer.json")
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = eos_token_id(model_dir, tokenizer)
-    prompt = (document_boundary(tokenizer, eos), *tokenizer.encode(text).ids)
-    return prompt, end_of_sequence_tokens(tokenizer, eos)
+    if isinstance(prompt, str):
+        tokens = (document_boundary(tokenizer, eos), *tokenizer.encode(prompt).ids)
+    else:
+        tokens = fast_chat_ids(model_dir, tokenizer, prompt)
+    return tokens, end_of_sequence_tokens(tokenizer, eos)
 
 
 def transformers_prompt(model_dir: Path, prompt: str | Messages) -> tuple[tuple[int, ...], tuple[int, ...]]:
