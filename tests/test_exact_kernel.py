@@ -47,7 +47,7 @@ def lib(tmp_path_factory):
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
     library = ctypes.CDLL(str(out))
     library.ex_scratch_bytes.restype, library.ex_scratch_bytes.argtypes = ctypes.c_size_t, [ctypes.c_int] * 2
-    paths = ["ex_matmul_ref"] + (["ex_matmul_vnni"] if flags else [])
+    paths = ["ex_matmul_ref", "ex_matmul_avx2"] + (["ex_matmul_vnni"] if flags else [])
     for name in paths:
         getattr(library, name).argtypes = ARGS
     library.paths = paths

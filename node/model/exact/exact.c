@@ -160,6 +160,39 @@ int ex_matmul_ref(int type, const uint8_t *w, int n, int k, const float *x, int 
     return EX_OK;
 }
 
+/* ---- AVX2: the same integers by vpmaddubsw (u8 × s8 pairs, |sum| ≤ 2·15·127: no saturation), then
+ * vpmaddwd against the sub-block's scale (exact int32) ---- */
+#if defined(__AVX2__)
+#include <immintrin.h>
+
+static int32_t hsum_epi32_256(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static float block_q4_K_avx2(const block_q4_K *w, const int8_t *x, const int16_t *bsums, float dx) {
+    const __m256i low_mask = _mm256_set1_epi8(15);
+    __m256i a = _mm256_setzero_si256();
+    int32_t bi = 0;
+    for (int c = 0; c < 4; c++) {
+        __m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
+        __m256i lo = _mm256_and_si256(raw, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
+        int s0, m0, s1, m1;
+        q4_k_scale_min(w->scales, 2 * c, &s0, &m0);
+        q4_k_scale_min(w->scales, 2 * c + 1, &s1, &m1);
+        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x + 64 * c)));
+        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 64 * c + 32)));
+        a = _mm256_add_epi32(a, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)s0)));
+        a = _mm256_add_epi32(a, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)s1)));
+        bi += m0 * bsums[2 * c] + m1 * bsums[2 * c + 1];
+    }
+    float d = half_to_float(w->d), dmin = half_to_float(w->dmin);
+    return (dx * d) * (float)hsum_epi32_256(a) - (dx * dmin) * (float)bi;
+}
+#endif
+
 /* ---- AVX-512 VNNI: the same integers by vpdpbusd (u8 weights × s8 activations, exact int32) ---- */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
@@ -228,6 +261,38 @@ int ex_matmul_vnni(int type, const uint8_t *w, int n, int k, const float *x, int
                 }
             }
             for (int r = 0; r < rows; r++) out[(size_t)(r0 + r) * n + j] = acc[r];
+        }
+    }
+    return EX_OK;
+}
+#endif
+
+#if defined(__AVX2__)
+int ex_matmul_avx2(int type, const uint8_t *w, int n, int k, const float *x, int m, float *out, void *scratch) {
+    if (type != EX_Q4_K) return ex_matmul_ref(type, w, n, k, x, m, out, scratch);
+    int blocks = k / QK_K;
+    if (k % QK_K) return EX_BAD_SHAPE;
+    int8_t *q = scratch;
+    float *dx = (float *)((char *)scratch + (((size_t)m * k + 63) & ~(size_t)63));
+    for (int r = 0; r < m; r++) {
+        int rc = quantize_row(x + (size_t)r * k, k, QK_K, q + (size_t)r * k, dx + (size_t)r * blocks);
+        if (rc) return rc;
+    }
+    int16_t *bsums = (int16_t *)(dx + (size_t)m * blocks);
+    for (size_t i = 0; i < (size_t)m * k / 32; i++) {
+        int total = 0;
+        for (int l = 0; l < 32; l++) total += q[32 * i + l];
+        bsums[i] = (int16_t)total;
+    }
+    for (int j = 0; j < n; j++) {
+        const block_q4_K *row = (const block_q4_K *)(w + (size_t)j * blocks * sizeof(block_q4_K));
+        for (int r = 0; r < m; r++) {
+            float s = 0.0f;
+            for (int b = 0; b < blocks; b++) {
+                size_t at = (size_t)r * k + (size_t)b * QK_K;
+                s = s + block_q4_K_avx2(row + b, q + at, bsums + at / 32, dx[(size_t)r * blocks + b]);
+            }
+            out[(size_t)r * n + j] = s;
         }
     }
     return EX_OK;
