@@ -14,7 +14,6 @@ import torch
 from test_exact_recipes import random_blocks
 
 from node.model.exact.blocks import TYPES, decode, matmul
-from node.model.kernels import _cpu_flags
 
 SOURCE = str(Path(__file__).resolve().parents[1] / "node" / "model" / "exact" / "exact.c")
 CODES = {"Q8_0": 0, "Q5_0": 1, "Q4_K": 2, "Q6_K": 3}
@@ -24,12 +23,17 @@ ARGS = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void
 ] * 2
 
 
+def cpu_flags() -> set[str]:
+    flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), ":")
+    return set(flags.split(":", 1)[1].split())
+
+
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
     out = tmp_path_factory.mktemp("exact") / "exact.so"
-    flags = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"] if all(f in _cpu_flags() for f in VNNI) else []
+    flags = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"] if all(f in cpu_flags() for f in VNNI) else []
     cmd = [
         "cc",
         "-O3",
