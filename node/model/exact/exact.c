@@ -138,16 +138,36 @@ static float block_ref(int type, const uint8_t *w, const int8_t *x, float dx) {
 /* levels [m, k], then the scales [m, k / 32] (at most), then the sub-block sums [m, k / 32] */
 size_t ex_scratch_bytes(int m, int k) { return (size_t)m * k + (size_t)m * (k / QK_0) * 6 + 64; }
 
+/* §3 for every row of the pass into scratch: levels q [m, k], scales dx [m, k / block], and, where
+ * `bsums` is asked for, each sub-block of 32's sum of levels [m, k / 32] (Q4_K's mins). */
+typedef struct { int8_t *q; float *dx; int16_t *bsums; } prepared;
+
+static int prepare_rows(const float *x, int m, int k, int block, void *scratch, prepared *p) {
+    int blocks = k / block;
+    p->q = scratch;
+    p->dx = (float *)((char *)scratch + (((size_t)m * k + 63) & ~(size_t)63));
+    p->bsums = (int16_t *)(p->dx + (size_t)m * blocks);
+    for (int r = 0; r < m; r++) {
+        int rc = quantize_row(x + (size_t)r * k, k, block, p->q + (size_t)r * k, p->dx + (size_t)r * blocks);
+        if (rc) return rc;
+    }
+    for (size_t i = 0; i < (size_t)m * k / 32; i++) {
+        int total = 0;
+        for (int l = 0; l < 32; l++) total += p->q[32 * i + l];
+        p->bsums[i] = (int16_t)total;
+    }
+    return EX_OK;
+}
+
 /* The scalar reference product: out [m, n] row-major; scratch of ex_scratch_bytes(m, k). */
 int ex_matmul_ref(int type, const uint8_t *w, int n, int k, const float *x, int m, float *out, void *scratch) {
     int block = act_block(type), blocks = k / block;
     if (k % block) return EX_BAD_SHAPE;
-    int8_t *q = scratch;
-    float *dx = (float *)((char *)scratch + (((size_t)m * k + 63) & ~(size_t)63));
-    for (int r = 0; r < m; r++) {
-        int rc = quantize_row(x + (size_t)r * k, k, block, q + (size_t)r * k, dx + (size_t)r * blocks);
-        if (rc) return rc;
-    }
+    prepared p;
+    int rc = prepare_rows(x, m, k, block, scratch, &p);
+    if (rc) return rc;
+    int8_t *q = p.q;
+    float *dx = p.dx;
     size_t row_bytes = (size_t)blocks * block_bytes(type);
     for (int j = 0; j < n; j++)
         for (int r = 0; r < m; r++) {
@@ -230,18 +250,12 @@ int ex_matmul_vnni(int type, const uint8_t *w, int n, int k, const float *x, int
     if (type != EX_Q4_K) return ex_matmul_ref(type, w, n, k, x, m, out, scratch);
     int blocks = k / QK_K;
     if (k % QK_K) return EX_BAD_SHAPE;
-    int8_t *q = scratch;
-    float *dx = (float *)((char *)scratch + (((size_t)m * k + 63) & ~(size_t)63));
-    for (int r = 0; r < m; r++) {
-        int rc = quantize_row(x + (size_t)r * k, k, QK_K, q + (size_t)r * k, dx + (size_t)r * blocks);
-        if (rc) return rc;
-    }
-    int16_t *bsums = (int16_t *)(dx + (size_t)m * blocks); /* [m, k / 32]: each sub-block's sum of levels */
-    for (size_t i = 0; i < (size_t)m * k / 32; i++) {
-        int total = 0;
-        for (int l = 0; l < 32; l++) total += q[32 * i + l];
-        bsums[i] = (int16_t)total;
-    }
+    prepared p;
+    int rc = prepare_rows(x, m, k, QK_K, scratch, &p);
+    if (rc) return rc;
+    int8_t *q = p.q;
+    float *dx = p.dx;
+    int16_t *bsums = p.bsums;
     enum { MAX_ROWS = 64 };
     float acc[MAX_ROWS];
     for (int r0 = 0; r0 < m; r0 += MAX_ROWS) {
@@ -272,18 +286,12 @@ int ex_matmul_avx2(int type, const uint8_t *w, int n, int k, const float *x, int
     if (type != EX_Q4_K) return ex_matmul_ref(type, w, n, k, x, m, out, scratch);
     int blocks = k / QK_K;
     if (k % QK_K) return EX_BAD_SHAPE;
-    int8_t *q = scratch;
-    float *dx = (float *)((char *)scratch + (((size_t)m * k + 63) & ~(size_t)63));
-    for (int r = 0; r < m; r++) {
-        int rc = quantize_row(x + (size_t)r * k, k, QK_K, q + (size_t)r * k, dx + (size_t)r * blocks);
-        if (rc) return rc;
-    }
-    int16_t *bsums = (int16_t *)(dx + (size_t)m * blocks);
-    for (size_t i = 0; i < (size_t)m * k / 32; i++) {
-        int total = 0;
-        for (int l = 0; l < 32; l++) total += q[32 * i + l];
-        bsums[i] = (int16_t)total;
-    }
+    prepared p;
+    int rc = prepare_rows(x, m, k, QK_K, scratch, &p);
+    if (rc) return rc;
+    int8_t *q = p.q;
+    float *dx = p.dx;
+    int16_t *bsums = p.bsums;
     for (int j = 0; j < n; j++) {
         const block_q4_K *row = (const block_q4_K *)(w + (size_t)j * blocks * sizeof(block_q4_K));
         for (int r = 0; r < m; r++) {
