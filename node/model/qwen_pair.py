@@ -27,6 +27,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.model.gguf_config import gguf_config
 from node.model.pairs import CACHE_DIR, CONVERTED_MARKER, SETUP_COMMAND
 from verifier.errors import SpecmarketError
 
@@ -149,36 +150,6 @@ def gguf_tensors(reader):
         yield name, dequantize(tensor.data, tensor.tensor_type)
 
 
-def gguf_config(reader) -> dict:
-    """The HF-style Qwen2 config of a qwen2 GGUF's metadata."""
-
-    def field(key: str):
-        return reader.fields[key].contents()
-
-    if field("general.architecture") != "qwen2":
-        raise PairSetupError(f"expected a qwen2 GGUF, got {field('general.architecture')!r}")
-    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
-    return {
-        "model_type": "qwen2",
-        "architectures": ["Qwen2ForCausalLM"],
-        "hidden_size": int(field("qwen2.embedding_length")),
-        "intermediate_size": int(field("qwen2.feed_forward_length")),
-        "num_hidden_layers": int(field("qwen2.block_count")),
-        "num_attention_heads": int(field("qwen2.attention.head_count")),
-        "num_key_value_heads": int(field("qwen2.attention.head_count_kv")),
-        "rms_norm_eps": float(field("qwen2.attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(field("qwen2.rope.freq_base")),
-        "max_position_embeddings": int(field("qwen2.context_length")),
-        "vocab_size": vocab,
-        "tie_word_embeddings": False,
-        "bos_token_id": int(field("tokenizer.ggml.bos_token_id")),
-        "eos_token_id": int(field("tokenizer.ggml.eos_token_id")),
-        "torch_dtype": "float16",
-        "specmarket_packed": True,
-        "source": str(field("general.name")),
-    }
-
-
 def convert(gguf: Path, parts: PartSet, out_dir: Path) -> Path:
     """Convert ``gguf`` into a packed directory ``out_dir`` (``prepare`` has found no intact
     conversion there); the record with the model hash is written last, then renamed into place."""
@@ -213,3 +184,29 @@ def prepare(parts: PartSet, models_dir: Path = CACHE_DIR) -> Path:
         return out_dir
     fetch(parts)
     return convert(assemble(parts), parts, out_dir)
+
+
+def prepare_exact(parts: PartSet = TARGET_PARTS, models_dir: Path = CACHE_DIR) -> Path:
+    """The exact directory of ``parts``' GGUF (node.model.exact.convert: the GGUF as published, its
+    RoPE tables, the arithmetic named in its config), made once; a second run only re-checks."""
+    from node.model.exact import ARITHMETIC_VERSION
+    from node.model.exact.convert import write_exact
+    from node.model.loading import is_converted
+
+    out_dir = models_dir / f"{parts.name}-exact"
+    if is_converted(out_dir, parts.sha256) and _record(out_dir).get("arithmetic") == ARITHMETIC_VERSION:
+        log.info("%s is already made (gguf sha256 %s)", out_dir, parts.sha256)
+        return out_dir
+    fetch(parts)
+    packed = models_dir / parts.name
+    return write_exact(
+        assemble(parts), parts.sha256, out_dir, packed if (packed / "tokenizer.json").is_file() else None
+    )
+
+
+def _record(out_dir: Path) -> dict:
+    try:
+        record = json.loads((out_dir / CONVERTED_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}

@@ -93,8 +93,10 @@ class ExactReference:
         reader = GGUFReader(path)
         fields = {f.name: f.parts[f.data[0]] for f in reader.fields.values() if f.data}
         get = lambda key: fields[f"qwen2.{key}"][0]  # noqa: E731
-        weights = {}
+        weights, keep = {}, layers or int(get("block_count"))
         for t in reader.tensors:
+            if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= keep:
+                continue  # only the layers asked for are read out of the map
             kind, tensor = t.tensor_type.name, torch.from_numpy(np.asarray(t.data).copy())
             weights[t.name] = Weight(kind, tensor, int(t.shape[0])) if kind in TYPES else Weight("F32", tensor)
         shape = QwenShape(

@@ -54,7 +54,7 @@ class KernelUnavailable(SpecmarketError):
     """The skinny kernel cannot run here (no C compiler, no AVX2/FMA/F16C, or a failed build)."""
 
 
-def _cpu_flags() -> set[str]:
+def cpu_flags() -> set[str]:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -73,7 +73,7 @@ def cpu_summary() -> str:
     except OSError:
         return "unknown CPU"
     model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    flags = _cpu_flags()
+    flags = cpu_flags()
     paths = [name for name, flag in (("AVX-512", "avx512f"), ("AMX", "amx_tile")) if flag in flags]
     return f"{model} ({', '.join(paths) if paths else 'AVX2'})"
 
@@ -98,7 +98,7 @@ def library() -> ctypes.CDLL:
     global _library
     if _library is not None:
         return _library
-    missing = [f for f in REQUIRED_CPU_FLAGS if f not in _cpu_flags()]
+    missing = [f for f in REQUIRED_CPU_FLAGS if f not in cpu_flags()]
     if missing:
         raise KernelUnavailable(f"this CPU lacks {', '.join(missing)}, which the skinny kernel needs")
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
@@ -134,7 +134,7 @@ def library() -> ctypes.CDLL:
 
 def has_wide_path(flags: tuple[str, ...] = WIDE_CPU_FLAGS) -> bool:
     """Whether a product may take its AVX-512 path here (CPU ``flags``, unless ISA_ENV says avx2)."""
-    return os.environ.get(ISA_ENV, "").lower() != "avx2" and all(f in _cpu_flags() for f in flags)
+    return os.environ.get(ISA_ENV, "").lower() != "avx2" and all(f in cpu_flags() for f in flags)
 
 
 def f16_gemm(lib: ctypes.CDLL):
