@@ -25,8 +25,15 @@ LAYER_TYPES = (
 TOKENIZER_DIR = MODELS_DIR / "target"
 
 
-def _matrix(writer: GGUFWriter, name: str, kind: str, n: int, k: int, rng: np.random.Generator) -> None:
+def _matrix(
+    writer: GGUFWriter, name: str, kind: str, n: int, k: int, rng: np.random.Generator, scale: float = 1.0
+) -> None:
     raw = random_blocks(TYPES[kind], n, k, rng)
+    if scale != 1.0:  # the blocks' binary16 scale d, shrunk (Q6_K keeps it at byte 208)
+        at = {"Q8_0": 0, "Q5_0": 0, "Q4_K": 0, "Q6_K": 208}[kind]
+        blocks = raw.reshape(n, -1, TYPES[kind].nbytes)
+        d = blocks[..., at : at + 2].copy().view(np.float16).astype(np.float32) * scale
+        blocks[..., at : at + 2] = d.astype(np.float16).view(np.uint8).reshape(*blocks.shape[:2], 2)
     writer.add_tensor(name, raw, raw_dtype=getattr(GGMLQuantizationType, kind))  # byte shape [n, bytes]
 
 
@@ -34,8 +41,9 @@ def _vector(writer: GGUFWriter, name: str, n: int, rng: np.random.Generator, aro
     writer.add_tensor(name, (around + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
 
-def write_seeded_gguf(path: Path, seed: int = SEED) -> Path:
-    """A qwen2 GGUF of SHAPE at ``path`` with weights drawn from ``seed``."""
+def write_seeded_gguf(path: Path, seed: int = SEED, head_scale: float = 1.0) -> Path:
+    """A qwen2 GGUF of SHAPE at ``path`` with weights drawn from ``seed``; ``head_scale`` shrinks the
+    output head's scales (and so the logits' spread)."""
     s, rng = SHAPE, np.random.default_rng(seed)
     d, hd = s["d"], s["d"] // s["heads"]
     kv = s["kv_heads"] * hd
@@ -64,7 +72,7 @@ def write_seeded_gguf(path: Path, seed: int = SEED) -> Path:
         _vector(writer, b + "attn_norm.weight", d, rng, 1.0)
         _vector(writer, b + "ffn_norm.weight", d, rng, 1.0)
     _vector(writer, "output_norm.weight", d, rng, 1.0)
-    _matrix(writer, "output.weight", "Q6_K", s["vocab"], d, rng)
+    _matrix(writer, "output.weight", "Q6_K", s["vocab"], d, rng, head_scale)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

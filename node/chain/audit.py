@@ -1,9 +1,15 @@
 """Re-executing the target for disputes: the challenger's whole-answer check and the referee's one step.
 
-Both use the verifier's tolerance rule (``verifier.tolerance``): a token is correct when it may
-have been kept by top-k/top-p and its noisy score is within δ logits of the best surely kept one,
-so float noise between machines or between pass shapes never makes an honest answer look wrong
-(docs/design.md §3, §4).
+A token is judged by one of two rules, chosen by the model (``judged_exactly``):
+
+- an exact model (node.model.exact: docs/exact-arithmetic.md) computes the same bits on every
+  machine and at every pass shape, so a token is correct only when it *is* the target's token
+  (``verifier.verify.sample_token``): no band, a runner-up however close is wrong;
+- a float model (the ``tiny`` and ``smollm2`` pairs, the packed float16 target) uses the verifier's
+  tolerance rule (``verifier.tolerance``): a token is correct when it may have been kept by
+  top-k/top-p and its noisy score is within δ logits of the best surely kept one, so float noise
+  between machines or between pass shapes never makes an honest answer look wrong (docs/design.md
+  §3, §4).
 """
 
 from __future__ import annotations
@@ -17,17 +23,32 @@ from node.chain.receipts import SignedReceipt
 from node.model.adapter import HFCausalLM
 from verifier.params import SamplingParams
 from verifier.tolerance import shortfall, within_tolerance
+from verifier.verify import sample_token
 
 
 @dataclass(frozen=True)
 class Audit:
-    """The challenger's finding: the first position outside the band, or None when all are inside."""
+    """The challenger's finding: the first wrong position (outside the band, or for an exact model not
+    the target's token), or None when every token is right."""
 
     first_wrong: int | None
     tokens_checked: int
     target_positions: int  # positions the target scored to check the answer (one pass)
     seconds: float
     margin: float | None  # at first_wrong: how far (logit units) the claimed token's noisy score is below the best
+
+
+def judged_exactly(model: HFCausalLM) -> bool:
+    """Whether ``model`` computes one arithmetic's bits everywhere (an exact model names its
+    arithmetic), so that its tokens are compared exactly rather than within the band."""
+    return getattr(model, "arithmetic", None) is not None
+
+
+def is_wrong(model: HFCausalLM, logits, params: SamplingParams, seed: int, k: int, token: int) -> bool:
+    """Is ``token`` not the target's at position k, given the judge's ``logits`` row ([V])?"""
+    if judged_exactly(model):
+        return token != sample_token(logits, params, seed, k)
+    return not within_tolerance(logits, params, seed, k, token)
 
 
 def check_model(model_hash: bytes, local_hash: bytes, role: str) -> None:
@@ -68,7 +89,7 @@ def audit_answer(model: HFCausalLM, signed: SignedReceipt) -> Audit:
         model.reset()
         logits = model.extend(context)[len(prompt) - 1 :]  # [len(checked), V]: row k decides token k
         for k, token in enumerate(checked):
-            if not within_tolerance(logits[k], params, seed, k, token):
+            if is_wrong(model, logits[k], params, seed, k, token):
                 margin = shortfall(logits[k], params, seed, k, token)
                 return Audit(k, k + 1, len(context), time.perf_counter() - started, margin)
     elapsed = time.perf_counter() - started
@@ -104,5 +125,5 @@ def judge_step(
     started = time.perf_counter()
     model.reset()
     logits = model.extend(context)[-1]
-    at_fault = not within_tolerance(logits, params, seed, position, token)
+    at_fault = is_wrong(model, logits, params, seed, position, token)
     return Judgement(at_fault, len(context), time.perf_counter() - started)

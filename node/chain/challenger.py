@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.chain import ChainError
-from node.chain.audit import Audit, audit_answer, check_model, judge_step
+from node.chain.audit import Audit, audit_answer, check_model, judge_step, judged_exactly
 from node.chain.client import BondClient
 from node.chain.deployment import format_ether
 from node.chain.receipts import CLOCK_SLACK_S, ReceiptError, SignedReceipt
@@ -91,7 +91,8 @@ def challenge_receipt(
     audit = audit_answer(model, signed)
     position = audit.first_wrong if force_position is None else force_position
     if position is None:
-        log.info("receipt correct: all %d tokens within the tolerance band; nothing submitted", audit.tokens_checked)
+        rule = "are the target's own" if judged_exactly(model) else "are within the tolerance band"
+        log.info("receipt correct: all %d tokens %s; nothing submitted", audit.tokens_checked, rule)
         return ChallengeReport(audit, None, None)
     if not 0 <= position < len(signed.output):
         raise ChainError(f"position {position} is outside the answer's {len(signed.output)} tokens")
