@@ -17,7 +17,7 @@ from exact_models import TOKENIZER_DIR, write_seeded_gguf
 
 from node.model.exact import ARITHMETIC_VERSION
 from node.model.exact.convert import write_exact
-from node.model.exact.kernel import library
+from node.model.exact.kernel import BASE_FLAGS, compiled, library
 from node.model.exact.model import ExactLM, load_exact_lm
 from node.model.exact.reference import ExactReference, Weight
 from node.model.kernels import ISA_ENV
@@ -94,6 +94,22 @@ def test_the_avx2_path_is_the_vnni_path_bit_for_bit_succeeds(model, monkeypatch)
     fast = model.fork().extend(PROMPT)
     monkeypatch.setenv(ISA_ENV, "avx2")
     assert np.array_equal(bits(fast), bits(model.fork().extend(PROMPT)))
+
+
+def test_long_contexts_are_the_reference_bit_for_bit_succeeds(seeded, model):
+    """Past 16 keys attention scores keys 16 at a time (ops.c's AVX-512 fold): the same bits."""
+    prompt = [(t * 7 + i) % 4096 for i, t in enumerate(PROMPT * 6)]  # 54 tokens
+    ref, lm = ExactReference.from_gguf(seeded / "model.gguf"), model.fork()
+    for chunk in (prompt[:37], prompt[37:38], prompt[38:]):
+        assert np.array_equal(bits(lm.extend(chunk)), bits(ref.extend(chunk).numpy()))
+
+
+def test_the_avx2_only_build_is_the_served_build_bit_for_bit_succeeds(seeded, model):
+    """The kernel compiled without AVX-512 (scalar folds, AVX2 products) computes the same bits."""
+    cfg = json.loads((seeded / "config.json").read_text())
+    narrow = load_exact_lm(seeded, cfg, "target", compiled(BASE_FLAGS))
+    prompt = [(t * 5 + i) % 4096 for i, t in enumerate(PROMPT * 4)]
+    assert np.array_equal(bits(narrow.extend(prompt)), bits(model.fork().extend(prompt)))
 
 
 def test_a_prefix_copy_is_the_prefill_bit_for_bit_succeeds(model):

@@ -76,13 +76,18 @@ def _build(out: Path, flags: tuple[str, ...]) -> None:
 
 
 def library() -> ctypes.CDLL:
-    """The compiled kernel, built once per source and flag set (the file name carries their sha256)."""
+    """The compiled kernel for this CPU (AVX2, and AVX-512 VNNI where it has it), built once."""
     global _library
-    if _library is not None:
-        return _library
-    if "avx2" not in cpu_flags():
-        raise KernelUnavailable("this CPU lacks AVX2, which the exact kernel needs")
-    flags = _flags()
+    if _library is None:
+        if "avx2" not in cpu_flags():
+            raise KernelUnavailable("this CPU lacks AVX2, which the exact kernel needs")
+        _library = compiled(_flags())
+    return _library
+
+
+def compiled(flags: tuple[str, ...]) -> ctypes.CDLL:
+    """The kernel built with ``flags`` (once per source and flag set: the file name carries their
+    sha256). Every flag set computes the same bits; ``BASE_FLAGS`` alone is the AVX2-only build."""
     digest = hashlib.sha256(b"".join(s.read_bytes() for s in SOURCES) + " ".join(flags).encode()).hexdigest()[:16]
     path = BUILD_DIR / f"exact-{digest}.so"
     if not path.is_file():
@@ -96,7 +101,6 @@ def library() -> ctypes.CDLL:
         fn.argtypes = argtypes
         fn.restype = ctypes.c_int if name.startswith("ex_matmul") else None
     lib.ex_scratch_bytes.argtypes, lib.ex_scratch_bytes.restype = [_I, _I], ctypes.c_size_t
-    _library = lib
     return lib
 
 

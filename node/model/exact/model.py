@@ -30,6 +30,7 @@ from node.model.packed import PackedModelError
 
 FILES_KEY = "specmarket_exact"  # config.json's field naming the weights and the RoPE tables
 SUPPORTED = ("qwen2",)
+MAX_HEAD_DIM = 256  # ops.c's
 
 
 @dataclass(frozen=True)
@@ -200,5 +201,8 @@ def load_exact_lm(directory: Path, cfg: dict, name: str, lib: ctypes.CDLL) -> Ex
         )
     if cfg.get("model_type") not in SUPPORTED:
         raise PackedModelError(f"exact models of type {cfg.get('model_type')!r} are not supported (only {SUPPORTED})")
+    head_dim = int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
+    if head_dim > MAX_HEAD_DIM or head_dim % 2:
+        raise PackedModelError(f"a head of {head_dim} values: the exact kernel takes even widths up to {MAX_HEAD_DIM}")
     weights = ExactWeights(directory, cfg, lib)
     return ExactLM(weights, name, lib, int(cfg["vocab_size"]), int(cfg["max_position_embeddings"]), True)

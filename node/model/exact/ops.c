@@ -109,24 +109,72 @@ void ex_rope(float *x, int row_stride, int rows, int heads, int head_dim, const 
     }
 }
 
-/* §8 for one query head against n keys (the cache positions pos(j), j in order): scores into e */
+static inline int key_at(int j, int start, const int *seen) { return seen == NULL || j < start ? j : seen[j - start]; }
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* FOLD16 of q · k_j for 16 keys at once, head_dim a multiple of 16: key r's 16 lanes are one
+ * register (acc_l += q_i · k_i for i ≡ l mod 16, in order), then the tree 8, 4, 2, 1 runs on pairs
+ * of registers after shuffles, so each addition is one of FOLD16's own: fl(acc_l + acc_{l+w}). */
+static __m512 fold16_dot16(const float *q, const float *const k[16], int head_dim) {
+    __m512 a[16];
+    for (int r = 0; r < 16; r++) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int i = 0; i < head_dim; i += 16)
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k[r] + i)));
+        a[r] = acc;
+    }
+    __m512 t[8], u[4], v[2];
+    for (int p = 0; p < 8; p++) /* w = 8: lanes 0-7 key 2p, 8-15 key 2p + 1 */
+        t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * p], a[2 * p + 1], 0xEE));
+    for (int p = 0; p < 4; p++) /* w = 4: quarter c holds key 4p + c */
+        u[p] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * p], t[2 * p + 1], 0x88),
+                             _mm512_shuffle_f32x4(t[2 * p], t[2 * p + 1], 0xDD));
+    for (int p = 0; p < 2; p++) /* w = 2: quarter c holds keys 8p + c (lanes 0-1) and 8p + 4 + c (2-3) */
+        v[p] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * p], u[2 * p + 1], 0x44),
+                             _mm512_shuffle_ps(u[2 * p], u[2 * p + 1], 0xEE));
+    /* w = 1: lane 4c + r holds key c + 4r */
+    __m512 w = _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(order, w); /* lane j: key j */
+}
+#endif
+
+/* s_j = fl(FOLD16(q · k_j) · scale) for the n keys a row sees, into e; returns max_j s_j */
+static float scores(const float *q, const float *keys, int head_dim, int n, int start, const int *seen, float scale,
+                    float *e) {
+    int j = 0;
+#if defined(__AVX512F__)
+    if (head_dim % 16 == 0)
+        for (; j + 16 <= n; j += 16) {
+            const float *k[16];
+            for (int r = 0; r < 16; r++) k[r] = keys + (size_t)key_at(j + r, start, seen) * head_dim;
+            _mm512_storeu_ps(e + j, _mm512_mul_ps(fold16_dot16(q, k, head_dim), _mm512_set1_ps(scale)));
+        }
+#endif
+    for (; j < n; j++) e[j] = fold16_dot(q, keys + (size_t)key_at(j, start, seen) * head_dim, head_dim) * scale;
+    float m = -INFINITY;
+    for (j = 0; j < n; j++) m = e[j] > m ? e[j] : m;
+    return m;
+}
+
+#define MAX_HEAD_DIM 256
+
+/* §8 for one query head against n keys (the cache positions key_at(j), j in order) */
 static void attend_head(const float *q, const float *keys, const float *values, int head_dim, int n, int start,
                         const int *seen, float scale, float *e, float *out) {
-    float m = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        int at = seen == NULL || j < start ? j : seen[j - start];
-        e[j] = fold16_dot(q, keys + (size_t)at * head_dim, head_dim) * scale;
-        m = e[j] > m ? e[j] : m;
-    }
+    float m = scores(q, keys, head_dim, n, start, seen, scale, e);
     for (int j = 0; j < n; j++) e[j] = exact_exp(e[j] - m);
     float z = fold16_sum(e, n);
-    for (int i = 0; i < head_dim; i++) out[i] = 0.0f;
+    float acc[MAX_HEAD_DIM] = {0}; /* +0: a_i = fl(a_i + fl(e_j · v_{j,i})) in key order */
     for (int j = 0; j < n; j++) {
-        int at = seen == NULL || j < start ? j : seen[j - start];
-        const float *v = values + (size_t)at * head_dim;
-        for (int i = 0; i < head_dim; i++) out[i] = out[i] + e[j] * v[i];
+        const float *v = values + (size_t)key_at(j, start, seen) * head_dim;
+        float ej = e[j];
+        for (int i = 0; i < head_dim; i++) acc[i] = acc[i] + ej * v[i];
     }
-    for (int i = 0; i < head_dim; i++) out[i] = out[i] / z;
+    for (int i = 0; i < head_dim; i++) out[i] = acc[i] / z;
 }
 
 /* §8, GQA: query row m (q rows `q_stride` apart, `heads` heads) sees the cache's positions 0 .. start
