@@ -1,5 +1,8 @@
-"""The C products of node/model/exact/exact.c against the torch reference, bit for
-bit, for every block format, on every path this CPU has, at pass widths 1, 7 and 64."""
+"""The C products of node/model/exact/exact.c against the torch reference, bit for bit, for every block
+format, on every path this CPU has: at pass widths 1, 2, 7, 8, 9, 64 and past the kernel's row chunk,
+with column counts that leave partial column tiles (16 for AVX-512, 8 for AVX2), block counts that
+leave a Q8_0/Q5_0 block unpaired, each row alone as in the whole pass, and blocks at the integer
+bounds the SIMD tricks rely on (vpmaddubsw saturation, int16 packs)."""
 
 from __future__ import annotations
 
@@ -17,10 +20,11 @@ from node.model.exact.blocks import TYPES, decode, matmul
 
 SOURCE = str(Path(__file__).resolve().parents[1] / "node" / "model" / "exact" / "exact.c")
 CODES = {"Q8_0": 0, "Q5_0": 1, "Q4_K": 2, "Q6_K": 3}
-VNNI = ("avx512f", "avx512bw", "avx512_vnni")
+VNNI = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
 ARGS = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int] + [
     ctypes.c_void_p
 ] * 2
+WIDTHS = (1, 2, 7, 8, 9, 64, 67)  # 67: past the kernel's chunk of 64 rows
 
 
 def cpu_flags() -> set[str]:
@@ -58,28 +62,104 @@ def lib(tmp_path_factory):
     return library
 
 
-def run(lib, path: str, name: str, raw: np.ndarray, n: int, k: int, x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x)
+def call(lib, path: str, name: str, raw: np.ndarray, n: int, k: int, x: np.ndarray) -> tuple[int, np.ndarray]:
+    x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.zeros((x.shape[0], n), np.float32)
     scratch = np.zeros(lib.ex_scratch_bytes(x.shape[0], k), np.uint8)
     rc = getattr(lib, path)(
         CODES[name], raw.ctypes.data, n, k, x.ctypes.data, x.shape[0], out.ctypes.data, scratch.ctypes.data
     )
+    return rc, out
+
+
+def run(lib, path: str, name: str, raw: np.ndarray, n: int, k: int, x: np.ndarray) -> np.ndarray:
+    rc, out = call(lib, path, name, raw, n, k, x)
     assert rc == 0
     return out
+
+
+def reference(name: str, raw: np.ndarray, k: int, x: np.ndarray) -> np.ndarray:
+    dec = decode(torch.from_numpy(raw), TYPES[name], k)
+    return matmul(torch.from_numpy(np.ascontiguousarray(x)), dec).numpy().view(np.uint32)
+
+
+def activations(rng: np.random.Generator, width: int, k: int) -> np.ndarray:
+    x = (rng.standard_normal((width, k)) * 2).astype(np.float32)
+    if width > 1:
+        x[1, : min(k, 256)] = 0  # a zero block: dx = 0
+    return x
+
+
+# (k, n): a partial tile of 16 and of 8 columns; fewer columns than a tile; for Q8_0/Q5_0 an odd count
+# of blocks (the AVX-512 path takes them two at a time)
+SHAPES = {
+    "Q8_0": [(768, 37), (96, 5)],
+    "Q5_0": [(768, 37), (96, 5)],
+    "Q4_K": [(768, 37), (256, 3)],
+    "Q6_K": [(768, 37), (256, 3)],
+}
 
 
 @pytest.mark.parametrize("name", sorted(TYPES))
 def test_every_path_is_the_reference_bit_for_bit_at_every_width_succeeds(lib, name):
     rng = np.random.default_rng(11)
-    k, n = 768, 37
+    for k, n in SHAPES[name]:
+        raw = random_blocks(TYPES[name], n, k, rng)
+        for width in WIDTHS:
+            x = activations(rng, width, k)
+            want = reference(name, raw, k, x)
+            for path in lib.paths:
+                got = run(lib, path, name, raw, n, k, x)
+                assert np.array_equal(got.view(np.uint32), want), (path, k, n, width)
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_a_row_is_the_same_bits_alone_and_in_a_pass_of_any_width_succeeds(lib, name):
+    rng = np.random.default_rng(12)
+    k, n = 512, 21
     raw = random_blocks(TYPES[name], n, k, rng)
-    dec = decode(torch.from_numpy(raw), TYPES[name], k)
-    for width in (1, 7, 64):
-        x = (rng.standard_normal((width, k)) * 2).astype(np.float32)
-        want = matmul(torch.from_numpy(x), dec).numpy().view(np.uint32)
+    x = activations(rng, 64, k)
+    for path in lib.paths:
+        whole = run(lib, path, name, raw, n, k, x)
+        for width in (1, 7):
+            parts = np.concatenate([run(lib, path, name, raw, n, k, x[r : r + width]) for r in range(0, 64, width)])
+            assert np.array_equal(parts.view(np.uint32), whole.view(np.uint32)), (path, width)
+
+
+def extreme_blocks(name: str, n: int, k: int, fill: int) -> np.ndarray:
+    """Every byte `fill` (the largest or smallest levels; Q6_K's scales −128), the binary16 scales finite."""
+    kind = TYPES[name]
+    raw = np.full((n, k // kind.qk, kind.nbytes), fill, np.uint8)
+    if name == "Q6_K":
+        raw[..., 192:208] = 0x80  # sc = −128
+    for at in {"Q8_0": [0], "Q5_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}[name]:
+        raw[..., at : at + 2] = np.array([0.01], np.float16).view(np.uint8)
+    return raw.reshape(n, -1)
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_the_integer_bounds_hold_at_the_largest_levels_succeeds(lib, name):
+    """Levels ±127 against the largest weights: where a SIMD trick could saturate or overflow, it shows."""
+    k, n = 512, 19
+    signs = np.where(np.arange(k) % 3 == 0, -1.0, 1.0).astype(np.float32)
+    xs = np.stack([np.full(k, 5.0, np.float32), np.full(k, -5.0, np.float32), 5.0 * signs])
+    fills = (0xFF, 0x00, 0x80, 0x7F)  # Q8_0: −1, 0, −128, 127; nibbles 15 or 0; Q6_K q = 63 or 0
+    for fill in fills:
+        raw = extreme_blocks(name, n, k, fill)
+        want = reference(name, raw, k, xs)
         for path in lib.paths:
-            got = run(lib, path, name, raw, n, k, x)
-            assert np.array_equal(got.view(np.uint32), want), (path, width)
-            alone = np.concatenate([run(lib, path, name, raw, n, k, x[r : r + 1]) for r in range(width)])
-            assert np.array_equal(alone.view(np.uint32), want), (path, width)
+            got = run(lib, path, name, raw, n, k, xs)
+            assert np.array_equal(got.view(np.uint32), want), (path, hex(fill))
+
+
+@pytest.mark.parametrize("name", sorted(TYPES))
+def test_a_non_finite_activation_or_a_bad_shape_is_refused_succeeds(lib, name):
+    rng = np.random.default_rng(13)
+    k, n = 256, 9
+    raw = random_blocks(TYPES[name], n, k, rng)
+    for path in lib.paths:
+        for bad in (np.nan, np.inf):
+            x = activations(rng, 3, k)
+            x[2, 100] = bad
+            assert call(lib, path, name, raw, n, k, x)[0] == 1, path
+        assert call(lib, path, name, raw, n, k - 16, activations(rng, 2, k - 16))[0] == 2, path

@@ -135,27 +135,35 @@ static float block_ref(int type, const uint8_t *w, const int8_t *x, float dx) {
     }
 }
 
-/* levels [m, k], then the scales [m, k / 32] (at most), then the sub-block sums [m, k / 32] */
-size_t ex_scratch_bytes(int m, int k) { return (size_t)m * k + (size_t)m * (k / QK_0) * 6 + 64; }
+/* Scratch: levels q [m, k], scales dx [m, k / block], and each sub-block's sum of levels, of 32 values
+ * [m, k / 32] and of 16 values [m, k / 16] (|sum| <= 32 * 127 = 4064: int16), each 64-byte aligned. */
+static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
-/* §3 for every row of the pass into scratch: levels q [m, k], scales dx [m, k / block], and, where
- * `bsums` is asked for, each sub-block of 32's sum of levels [m, k / 32] (Q4_K's mins). */
-typedef struct { int8_t *q; float *dx; int16_t *bsums; } prepared;
+size_t ex_scratch_bytes(int m, int k) {
+    size_t rows = (size_t)m, blocks = (size_t)(k / QK_0);
+    return 64 + align64(rows * k) + align64(rows * blocks * 4) + align64(rows * blocks * 2) + rows * blocks * 4;
+}
 
+typedef struct { int8_t *q; float *dx; int16_t *bsums, *bsums16; } prepared;
+
+/* §3 for every row of the pass into scratch (one preparation for every product path) */
 static int prepare_rows(const float *x, int m, int k, int block, void *scratch, prepared *p) {
-    int blocks = k / block;
-    p->q = scratch;
-    p->dx = (float *)((char *)scratch + (((size_t)m * k + 63) & ~(size_t)63));
-    p->bsums = (int16_t *)(p->dx + (size_t)m * blocks);
+    size_t rows = (size_t)m, blocks = (size_t)(k / QK_0);
+    char *at = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    p->q = (int8_t *)at;
+    p->dx = (float *)(at += align64(rows * k));
+    p->bsums = (int16_t *)(at += align64(rows * blocks * 4));
+    p->bsums16 = (int16_t *)(at + align64(rows * blocks * 2));
     for (int r = 0; r < m; r++) {
-        int rc = quantize_row(x + (size_t)r * k, k, block, p->q + (size_t)r * k, p->dx + (size_t)r * blocks);
+        int rc = quantize_row(x + (size_t)r * k, k, block, p->q + (size_t)r * k, p->dx + (size_t)r * (k / block));
         if (rc) return rc;
     }
-    for (size_t i = 0; i < (size_t)m * k / 32; i++) {
+    for (size_t i = 0; i < rows * k / 16; i++) {
         int total = 0;
-        for (int l = 0; l < 32; l++) total += p->q[32 * i + l];
-        p->bsums[i] = (int16_t)total;
+        for (int l = 0; l < 16; l++) total += p->q[16 * i + l];
+        p->bsums16[i] = (int16_t)total;
     }
+    for (size_t i = 0; i < rows * k / 32; i++) p->bsums[i] = (int16_t)(p->bsums16[2 * i] + p->bsums16[2 * i + 1]);
     return EX_OK;
 }
 
@@ -180,128 +188,594 @@ int ex_matmul_ref(int type, const uint8_t *w, int n, int k, const float *x, int 
     return EX_OK;
 }
 
-/* ---- AVX2: the same integers by vpmaddubsw (u8 × s8 pairs, |sum| ≤ 2·15·127: no saturation), then
- * vpmaddwd against the sub-block's scale (exact int32) ---- */
+/* ==== The SIMD paths ====
+ *
+ * Both vectorize ACROSS output columns: a tile of COLS consecutive columns (16 for AVX-512, 8 for AVX2)
+ * keeps, for each row of the pass, one binary32 register whose lane c is output column c's own
+ * sequential fold of §4 (s = fl(s + c_b) in block order). Per block step, the tile's weight blocks are
+ * unpacked once into a small buffer (integers ready for the products, scales as vectors, d and dmin
+ * widened) and then used by every row of the pass; per row, each column's exact integer products are
+ * summed in SIMD lanes, a transposing tree of adds turns COLS such registers into one register of COLS
+ * exact integers A (lane = column), and the binary32 scaling and the fold run lane by lane, the very
+ * operations of the reference in its order. Integer sums may be reordered freely (they are exact); the
+ * binary32 ones never are. A row's bits therefore do not depend on the pass width or the tile.
+ * (The tile-and-unpack idea is the usual one for quantized GEMV kernels such as llama.cpp's; the code
+ * here is written from docs/exact-arithmetic.md.) */
 #if defined(__AVX2__)
 #include <immintrin.h>
 
-static int32_t hsum_epi32_256(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
+enum { ROW_CHUNK = 64 }; /* rows whose accumulators stay on the stack while a tile is swept */
+
+/* Q4_K's 12 packed scale bytes -> sc_0..7 (one byte each) and m_0..7, by §2's formula on 4 bytes at
+ * once: bytes 0-3 hold sc_0..3 (low 6 bits) and the top bits of sc_4..7, 4-7 m_0..3 and the top bits of
+ * m_4..7, 8-11 the low 4 bits of sc_4..7 (low nibble) and of m_4..7 (high nibble). */
+static void q4_K_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4), memcpy(&u1, s + 4, 4), memcpy(&u2, s + 8, 4);
+    uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+    *sc = sc_lo | (uint64_t)sc_hi << 32, *mn = m_lo | (uint64_t)m_hi << 32;
 }
 
-static float block_q4_K_avx2(const block_q4_K *w, const int8_t *x, const int16_t *bsums, float dx) {
-    const __m256i low_mask = _mm256_set1_epi8(15);
-    __m256i a = _mm256_setzero_si256();
-    int32_t bi = 0;
-    for (int c = 0; c < 4; c++) {
-        __m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
-        __m256i lo = _mm256_and_si256(raw, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
-        int s0, m0, s1, m1;
-        q4_k_scale_min(w->scales, 2 * c, &s0, &m0);
-        q4_k_scale_min(w->scales, 2 * c + 1, &s1, &m1);
-        __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x + 64 * c)));
-        __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 64 * c + 32)));
-        a = _mm256_add_epi32(a, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)s0)));
-        a = _mm256_add_epi32(a, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)s1)));
-        bi += m0 * bsums[2 * c] + m1 * bsums[2 * c + 1];
-    }
-    float d = half_to_float(w->d), dmin = half_to_float(w->dmin);
-    return (dx * d) * (float)hsum_epi32_256(a) - (dx * dmin) * (float)bi;
+/* Software prefetch for short rows: a tile's 16 columns are read a block at a time, 16 strided streams
+ * that, when each is shorter than a page, the hardware prefetchers hardly follow. Then each step fetches
+ * its share of the NEXT tile (contiguous bytes) into L2. Long rows are left to the hardware (measured:
+ * prefetching them costs more than it gains). Prefetches do not fault; the range stays inside w. */
+enum { PREFETCH_ROW_BYTES = 4096 };
+static inline void prefetch_next(const uint8_t *next, size_t len, const uint8_t *end) {
+    for (const uint8_t *line = next; line < next + len && line < end; line += 64)
+        _mm_prefetch((const char *)line, _MM_HINT_T1);
 }
+
+/* The tile sweep, one function a format (the loops are the same; the compiler inlines the format's
+ * unpack and row product). Columns past n repeat column n − 1 and are not stored. */
+#define SWEEP(COLS, VEC, ZERO, STORE, UNPACK, ROW)                                                             \
+    for (int r0 = 0; r0 < m; r0 += ROW_CHUNK) {                                                               \
+        int rows = m - r0 < ROW_CHUNK ? m - r0 : ROW_CHUNK;                                                   \
+        for (int j0 = 0; j0 < n; j0 += COLS) {                                                                \
+            int cols = n - j0 < COLS ? n - j0 : COLS;                                                         \
+            int32_t offs[COLS];                                                                               \
+            for (int c = 0; c < COLS; c++) offs[c] = (int32_t)((c < cols ? c : cols - 1) * row_bytes);        \
+            const uint8_t *base = w + (size_t)j0 * row_bytes;                                                 \
+            VEC acc[ROW_CHUNK];                                                                               \
+            for (int r = 0; r < rows; r++) acc[r] = ZERO;                                                     \
+            const uint8_t *next = base + (size_t)COLS * row_bytes, *end = w + (size_t)n * row_bytes;          \
+            size_t share = row_bytes < PREFETCH_ROW_BYTES ? (size_t)COLS * STEP * (row_bytes / blocks) : 0;    \
+            for (int b = 0; b < blocks; b += STEP) {                                                          \
+                prefetch_next(next + (size_t)(b / STEP) * share, share, end);                                 \
+                UNPACK;                                                                                       \
+                for (int r = 0; r < rows; r++) acc[r] = ROW;                                                  \
+            }                                                                                                 \
+            for (int r = 0; r < rows; r++) STORE(out + (size_t)(r0 + r) * n + j0, cols, acc[r]);               \
+        }                                                                                                     \
+    }
 #endif
 
-/* ---- AVX-512 VNNI: the same integers by vpdpbusd (u8 weights × s8 activations, exact int32) ---- */
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
-#include <immintrin.h>
+/* ---- AVX-512 (F, BW, VL) with VNNI: 16 columns a tile ---- */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 
-/* Q4_K: chunk c's 64 weights are one register (low nibbles: sub-block 2c; high: 2c + 1), lanes 0-7 of
- * the products belong to sub-block 2c and lanes 8-15 to 2c + 1; each lane is scaled by its
- * sub-block's 6-bit scale (and, for B, its min) before the integer sums. */
-static float block_q4_K_vnni(const __m512i wq[4], const __m512i sc[4], const int mins[8], float d, float dmin,
-                             const int8_t *x, const int16_t *bsums, float dx) {
-    __m512i a = _mm512_setzero_si512();
-    for (int c = 0; c < 4; c++) {
-        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq[c], _mm512_loadu_si512(x + 64 * c));
-        a = _mm512_add_epi32(a, _mm512_mullo_epi32(dot, sc[c]));
-    }
-    int32_t ai = _mm512_reduce_add_epi32(a), bi = 0; /* integers: any order */
-    for (int j = 0; j < 8; j++) bi += mins[j] * bsums[j];
-    return (dx * d) * (float)ai - (dx * dmin) * (float)bi;
+/* The transposing tree: 16 registers of 16 int32 partial sums (one register a column) -> one register
+ * whose lane c is the sum of register c's lanes. Levels 1-3 only add lanes of the same 256-bit half, so
+ * `tree16_halves` can also give the two halves' sums apart (two blocks in one register, Q8_0/Q5_0). */
+static inline __m512i tree_pairs(__m512i a, __m512i b) { /* lanes (2q, 2q+1) of each 128 bits: a, b */
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+static inline __m512i tree_quads(__m512i a, __m512i b) { /* each 128 bits: columns a0, a1, b0, b1 */
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+static inline __m512i tree_quarters(__m512i a, __m512i b) { /* 128-bit quarters (0+1, 2+3) of a, of b */
+    return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xdd));
+}
+static inline void tree16_halves(const __m512i v[16], __m512i *y0, __m512i *y1) {
+    __m512i u[4];
+    for (int g = 0; g < 4; g++)
+        u[g] = tree_quads(tree_pairs(v[4 * g], v[4 * g + 1]), tree_pairs(v[4 * g + 2], v[4 * g + 3]));
+    *y0 = tree_quarters(u[0], u[1]); /* columns 0-3 (half 0), 0-3 (half 1), 4-7 (half 0), 4-7 (half 1) */
+    *y1 = tree_quarters(u[2], u[3]); /* the same for columns 8-15 */
+}
+static inline __m512i tree16(const __m512i v[16]) {
+    __m512i y0, y1;
+    tree16_halves(v, &y0, &y1);
+    return tree_quarters(y0, y1);
 }
 
-static void unpack_q4_K(const block_q4_K *w, __m512i wq[4], __m512i sc[4], int mins[8]) {
-    const __m256i low_mask = _mm256_set1_epi8(15);
-    for (int c = 0; c < 4; c++) {
-        __m256i raw = _mm256_loadu_si256((const __m256i *)(w->qs + 32 * c));
-        __m256i lo = _mm256_and_si256(raw, low_mask), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low_mask);
-        wq[c] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        int s0, m0, s1, m1;
-        q4_k_scale_min(w->scales, 2 * c, &s0, &m0);
-        q4_k_scale_min(w->scales, 2 * c + 1, &s1, &m1);
-        sc[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(s0)), _mm256_set1_epi32(s1), 1);
-        mins[2 * c] = m0, mins[2 * c + 1] = m1;
+/* 16 binary16 values at byte offset `at` of each column's block -> binary32 (vcvtph2ps: exact). `off`
+ * holds each column's byte offset from `base`; a 32-bit gather whose low half (or high half) is the
+ * value keeps every read inside the block. */
+static inline __m512 gather_half(const uint8_t *base, __m512i off, int at, int high) {
+    __m512i v = _mm512_i32gather_epi32(off, base + at, 1);
+    if (high) v = _mm512_srli_epi32(v, 16);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+/* -- Q4_K. One 512-bit register of nibbles must hold ONE sub-block per lane position across the two
+ * registers that vpdpbusd accumulates, so that a lane's sum has a single scale: the 128 qs bytes are
+ * regrouped by 128-bit quarters, R0 = qs[0-15, 32-47, 64-79, 96-111] and R1 = the other quarters; then
+ * quarter t of R0's and R1's low nibbles is sub-block 2t and of their high nibbles 2t + 1. A lane of
+ * dpbusd(R0lo) + dpbusd(R1lo) sums 8 products q·x with q <= 15, |x| <= 127: |lane| <= 15240 < 2^15, so
+ * vpackssdw packs the low and high accumulators to int16 without saturating, and one vpmaddwd against
+ * the sub-blocks' 6-bit scales (<= 63) gives exact int32 (2·15240·63 < 2^31). */
+typedef struct {
+    __m512i w[16][4]; /* per column: R0 low, R0 high, R1 low, R1 high nibbles (u8, 0..15) */
+    __m512i sc[16];   /* per column: int16, quarter t = sc_2t four times then sc_2t+1 four times */
+    __m512i mins[4];  /* lane c: column c's (m_2p, m_2p+1) as two int16, p = 0..3 */
+    __m512 d, dmin;
+} tile_q4_K_vnni;
+
+/* The 16 columns' 16-byte block heads (d, dmin, the 12 scale bytes) by four gathers, and their scales
+ * and mins decoded for all 16 columns at once (q4_K_scales's formula, lane c = column c). */
+static inline void heads_q4_K_vnni(const uint8_t *blk0, const int32_t *offs, tile_q4_K_vnni *t, uint64_t sc8[16]) {
+    const __m512i six = _mm512_set1_epi32(0x3f3f3f3f), four = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i two = _mm512_set1_epi32(0x03030303);
+    __m512i off = _mm512_loadu_si512(offs);
+    __m512i dd = _mm512_i32gather_epi32(off, blk0, 1), u0 = _mm512_i32gather_epi32(off, blk0 + 4, 1);
+    __m512i u1 = _mm512_i32gather_epi32(off, blk0 + 8, 1), u2 = _mm512_i32gather_epi32(off, blk0 + 12, 1);
+    t->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+    t->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
+    __m512i sc_lo = _mm512_and_si512(u0, six), m_lo = _mm512_and_si512(u1, six);
+    __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, four),
+                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), two), 4));
+    __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), four),
+                                   _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), two), 4));
+    /* mins[p] lane c: bytes 2p, 2p + 1 of column c's m_0..7 widened to two int16 */
+    const __m512i lo2 = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1));
+    const __m512i hi2 = _mm512_add_epi8(lo2, _mm512_set1_epi32(0x00020002)); /* the bytes 2, 3 of each lane */
+    t->mins[0] = _mm512_shuffle_epi8(m_lo, lo2), t->mins[1] = _mm512_shuffle_epi8(m_lo, hi2);
+    t->mins[2] = _mm512_shuffle_epi8(m_hi, lo2), t->mins[3] = _mm512_shuffle_epi8(m_hi, hi2);
+    /* sc8[c] = column c's sc_0..7, one byte each: columns (0, 1, 4, 5, ...) then (2, 3, 6, 7, ...) */
+    __m512i a = _mm512_unpacklo_epi32(sc_lo, sc_hi), b = _mm512_unpackhi_epi32(sc_lo, sc_hi);
+    _mm512_storeu_si512(sc8, _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b));
+    _mm512_storeu_si512(sc8 + 8, _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b));
+}
+
+static inline void unpack_q4_K_vnni(const uint8_t *base, const int32_t *offs, int b, tile_q4_K_vnni *t) {
+    const __m512i low = _mm512_set1_epi8(15);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, /* quarters 0, 1 */
+                                            4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7); /* 2, 3 */
+    const uint8_t *blk0 = base + (size_t)b * sizeof(block_q4_K);
+    uint64_t sc8[16];
+    heads_q4_K_vnni(blk0, offs, t, sc8);
+    for (int c = 0; c < 16; c++) {
+        const block_q4_K *blk = (const block_q4_K *)(blk0 + offs[c]);
+        __m512i l0 = _mm512_loadu_si512(blk->qs), l1 = _mm512_loadu_si512(blk->qs + 64);
+        __m512i r0 = _mm512_shuffle_i64x2(l0, l1, 0x88), r1 = _mm512_shuffle_i64x2(l0, l1, 0xdd);
+        t->w[c][0] = _mm512_and_si512(r0, low), t->w[c][1] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low);
+        t->w[c][2] = _mm512_and_si512(r1, low), t->w[c][3] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low);
+        t->sc[c] = _mm512_cvtepu8_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc8[c]), spread));
     }
+}
+
+static inline __m512 row_q4_K_vnni(const tile_q4_K_vnni *t, const int8_t *x, const int16_t *bs32, float dx,
+                                   __m512 acc) {
+    __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 64);
+    __m512i x2 = _mm512_loadu_si512(x + 128), x3 = _mm512_loadu_si512(x + 192);
+    /* the activations in the weights' order: quarter t of R0 low <-> x[64t .. 64t + 15], etc. */
+    __m512i a = _mm512_shuffle_i64x2(x0, x1, 0x88), bq = _mm512_shuffle_i64x2(x2, x3, 0x88);
+    __m512i c = _mm512_shuffle_i64x2(x0, x1, 0xdd), dq = _mm512_shuffle_i64x2(x2, x3, 0xdd);
+    __m512i r0lo = _mm512_shuffle_i64x2(a, bq, 0x88), r0hi = _mm512_shuffle_i64x2(a, bq, 0xdd);
+    __m512i r1lo = _mm512_shuffle_i64x2(c, dq, 0x88), r1hi = _mm512_shuffle_i64x2(c, dq, 0xdd);
+    __m512i v[16];
+    for (int j = 0; j < 16; j++) {
+        const __m512i zero = _mm512_setzero_si512();
+        __m512i lo = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, t->w[j][0], r0lo), t->w[j][2], r1lo);
+        __m512i hi = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, t->w[j][1], r0hi), t->w[j][3], r1hi);
+        v[j] = _mm512_madd_epi16(_mm512_packs_epi32(lo, hi), t->sc[j]);
+    }
+    __m512i ai = tree16(v);
+    /* B = Σ_j m_j · bsum32_j: |bsum32| <= 4064 and m <= 63 are int16 pairs for vpmaddwd */
+    int32_t pair[4];
+    memcpy(pair, bs32, 16);
+    __m512i bi = _mm512_madd_epi16(t->mins[0], _mm512_set1_epi32(pair[0]));
+    for (int p = 1; p < 4; p++) bi = _mm512_dpwssd_epi32(bi, t->mins[p], _mm512_set1_epi32(pair[p]));
+    __m512 vdx = _mm512_set1_ps(dx);
+    __m512 cb = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(vdx, t->d), _mm512_cvtepi32_ps(ai)),
+                              _mm512_mul_ps(_mm512_mul_ps(vdx, t->dmin), _mm512_cvtepi32_ps(bi)));
+    return _mm512_add_ps(acc, cb);
+}
+
+/* -- Q6_K. Unpacked per §2 to q in 0..63 (u8): register 2c + h holds weights 128c + 64h .. + 63, i.e.
+ * its quarter t is sub-block 8c + 4h + t, and the activations stay in their natural order. A dpbusd lane
+ * sums 4 products, |lane| <= 4·63·127 = 32004 < 2^15: vpackssdw packs two registers' lanes to int16
+ * exactly and vpmaddwd applies the signed scales (|sc| <= 128). The −32 of (q − 32) is taken out after the tree,
+ * for 16 columns at once: A = Σ_j sc_j Σ q·x − 32·C, C = Σ_j sc_j·bsum16_j by vpmaddwd on int16 pairs
+ * (sc_2p, sc_2p+1) of each column against the row's (bsum16_2p, bsum16_2p+1); |C| <= 16·128·2032 < 2^22,
+ * so 32·C and the difference stay inside int32 (|A| < 2^31, §4). */
+typedef struct {
+    __m512i w[16][4]; /* per column: q of weights 0-63, 64-127, 128-191, 192-255 */
+    __m512i s01[16];  /* int16, quarter t: sc_t ×4 then sc_4+t ×4 (pairs with w[0], w[1]) */
+    __m512i s23[16];  /* the same for sc_8+t, sc_12+t (w[2], w[3]) */
+    __m512i pairs[8]; /* lane c: column c's (sc_2p, sc_2p+1) as int16, p = 0..7 */
+    __m512 d;
+} tile_q6_K_vnni;
+
+static inline void unpack_q6_K_vnni(const uint8_t *base, const int32_t *offs, int b, tile_q6_K_vnni *t) {
+    const __m512i low = _mm512_set1_epi8(15), top = _mm512_set1_epi8(0x30);
+    const __m256i s01 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 1, 1, 1, 1, 5, 5, 5, 5, /* quarters 0, 1 */
+                                         2, 2, 2, 2, 6, 6, 6, 6, 3, 3, 3, 3, 7, 7, 7, 7); /* 2, 3 */
+    const __m256i s23 = _mm256_add_epi8(s01, _mm256_set1_epi8(8));
+    const uint8_t *blk0 = base + (size_t)b * sizeof(block_q6_K);
+    for (int c = 0; c < 16; c++) {
+        const block_q6_K *blk = (const block_q6_K *)(blk0 + offs[c]);
+        for (int h = 0; h < 2; h++) { /* ql[64h .. 64h + 63] and qh[32h .. 32h + 31]: weights 128h .. +127 */
+            __m512i ql = _mm512_loadu_si512(blk->ql + 64 * h);
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h));
+            /* g: qh in the low half (s = 0, 2), qh >> 2 in the high half (s = 1, 3) */
+            __m512i g = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+            __m512i lo = _mm512_or_si512(_mm512_and_si512(ql, low), _mm512_and_si512(_mm512_slli_epi16(g, 4), top));
+            __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low), _mm512_and_si512(g, top));
+            t->w[c][2 * h] = lo, t->w[c][2 * h + 1] = hi;
+        }
+        __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)blk->scales));
+        t->s01[c] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc, s01));
+        t->s23[c] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc, s23));
+    }
+    __m512i off = _mm512_loadu_si512(offs);
+    t->d = gather_half(blk0, off, 206, 1);
+    /* each byte of a gathered dword of scales to the high byte of an int16, then >> 8: sign-extended */
+    const __m512i even = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, 0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13));
+    const __m512i odd = _mm512_add_epi8(even, _mm512_set1_epi32(0x02000200));
+    for (int q = 0; q < 4; q++) { /* scales 4q .. 4q + 3 */
+        __m512i g = _mm512_i32gather_epi32(off, blk0 + 192 + 4 * q, 1);
+        t->pairs[2 * q] = _mm512_srai_epi16(_mm512_shuffle_epi8(g, even), 8);
+        t->pairs[2 * q + 1] = _mm512_srai_epi16(_mm512_shuffle_epi8(g, odd), 8);
+    }
+}
+
+static inline __m512 row_q6_K_vnni(const tile_q6_K_vnni *t, const int8_t *x, const int16_t *bs16, float dx,
+                                   __m512 acc) {
+    __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 64);
+    __m512i x2 = _mm512_loadu_si512(x + 128), x3 = _mm512_loadu_si512(x + 192);
+    __m512i v[16];
+    for (int j = 0; j < 16; j++) {
+        const __m512i zero = _mm512_setzero_si512();
+        __m512i p0 = _mm512_dpbusd_epi32(zero, t->w[j][0], x0), p1 = _mm512_dpbusd_epi32(zero, t->w[j][1], x1);
+        __m512i p2 = _mm512_dpbusd_epi32(zero, t->w[j][2], x2), p3 = _mm512_dpbusd_epi32(zero, t->w[j][3], x3);
+        __m512i s = _mm512_madd_epi16(_mm512_packs_epi32(p0, p1), t->s01[j]);
+        v[j] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(p2, p3), t->s23[j]);
+    }
+    int32_t bs[8];
+    memcpy(bs, bs16, 32);
+    __m512i corr = _mm512_madd_epi16(t->pairs[0], _mm512_set1_epi32(bs[0]));
+    for (int p = 1; p < 8; p++) corr = _mm512_dpwssd_epi32(corr, t->pairs[p], _mm512_set1_epi32(bs[p]));
+    __m512i ai = _mm512_sub_epi32(tree16(v), _mm512_slli_epi32(corr, 5));
+    __m512 cb = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), t->d), _mm512_cvtepi32_ps(ai));
+    return _mm512_add_ps(acc, cb);
+}
+
+/* -- Q8_0 and Q5_0: 32 weights a block, so one register holds two consecutive blocks of a column (lanes
+ * 0-7 block b, 8-15 block b + 1) and the tree gives both blocks' A. The weights are made unsigned for
+ * vpdpbusd and the offset is taken out after the tree: Q8_0 q + 128 (xor 0x80, in 0..255),
+ * A = Σ (q + 128)·x − 128·bsum32; Q5_0 q in 0..31, A = Σ q·x − 16·bsum32. A lane sums 4 products,
+ * |lane| <= 4·255·127: exact int32. */
+typedef struct {
+    __m512i w[16]; /* per column: blocks b, b + 1 (the second zero when absent) as u8 */
+    __m512 d[2];
+} tile_q0_vnni;
+
+static inline __m256i q8_0_u8(const block_q8_0 *blk) {
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)blk->qs), _mm256_set1_epi8((char)0x80));
+}
+
+static inline __m256i q5_0_u8(const block_q5_0 *blk) {
+    __m128i qs = _mm_loadu_si128((const __m128i *)blk->qs), low = _mm_set1_epi8(15);
+    __m256i nib = _mm256_setr_m128i(_mm_and_si128(qs, low), _mm_and_si128(_mm_srli_epi16(qs, 4), low));
+    uint32_t qh;
+    memcpy(&qh, blk->qh, 4);
+    return _mm256_or_si256(nib, _mm256_maskz_set1_epi8((__mmask32)qh, 16)); /* bit i of qh -> 16 in byte i */
+}
+
+static inline void unpack_q0_vnni(int type, const uint8_t *base, const int32_t *offs, int b, int both,
+                                  tile_q0_vnni *t) {
+    size_t bytes = type == EX_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q5_0);
+    const uint8_t *blk0 = base + (size_t)b * bytes;
+    for (int c = 0; c < 16; c++) {
+        const uint8_t *blk = blk0 + offs[c];
+        __m256i w0, w1 = _mm256_setzero_si256();
+        if (type == EX_Q8_0) {
+            w0 = q8_0_u8((const block_q8_0 *)blk);
+            if (both) w1 = q8_0_u8((const block_q8_0 *)(blk + bytes));
+        } else {
+            w0 = q5_0_u8((const block_q5_0 *)blk);
+            if (both) w1 = q5_0_u8((const block_q5_0 *)(blk + bytes));
+        }
+        t->w[c] = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+    }
+    __m512i off = _mm512_loadu_si512(offs);
+    t->d[0] = gather_half(blk0, off, 0, 0);
+    t->d[1] = both ? gather_half(blk0 + bytes, off, 0, 0) : _mm512_setzero_ps();
+}
+
+static inline __m512 row_q0_vnni(int type, const tile_q0_vnni *t, const int8_t *x, const int16_t *bs32,
+                                 const float *dx, int both, __m512 acc) {
+    __m512i xv = both ? _mm512_loadu_si512(x) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)x));
+    __m512i v[16];
+    for (int j = 0; j < 16; j++) v[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), t->w[j], xv);
+    __m512i y0, y1;
+    tree16_halves(v, &y0, &y1);
+    int shift = type == EX_Q8_0 ? 7 : 4; /* the offset 128 or 16 */
+    for (int h = 0; h < 1 + both; h++) {
+        __m512i ai = _mm512_shuffle_i64x2(y0, y1, h ? 0xdd : 0x88);
+        ai = _mm512_sub_epi32(ai, _mm512_set1_epi32((int32_t)bs32[h] << shift));
+        __m512 cb = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx[h]), t->d[h]), _mm512_cvtepi32_ps(ai));
+        acc = _mm512_add_ps(acc, cb);
+    }
+    return acc;
+}
+
+static inline void store16(float *out, int cols, __m512 v) {
+    _mm512_mask_storeu_ps(out, (__mmask16)((1u << cols) - 1), v);
+}
+#define SWEEP_VNNI(UNPACK, ROW) SWEEP(16, __m512, _mm512_setzero_ps(), store16, UNPACK, ROW)
+
+static void matmul_q4_K_vnni(const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
+    enum { STEP = 1 };
+    int blocks = k / QK_K;
+    size_t row_bytes = (size_t)blocks * sizeof(block_q4_K);
+    tile_q4_K_vnni t;
+    SWEEP_VNNI(unpack_q4_K_vnni(base, offs, b, &t),
+               row_q4_K_vnni(&t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_K,
+                             p->bsums + ((size_t)(r0 + r) * k + (size_t)b * QK_K) / 32,
+                             p->dx[(size_t)(r0 + r) * blocks + b], acc[r]))
+}
+
+static void matmul_q6_K_vnni(const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
+    enum { STEP = 1 };
+    int blocks = k / QK_K;
+    size_t row_bytes = (size_t)blocks * sizeof(block_q6_K);
+    tile_q6_K_vnni t;
+    SWEEP_VNNI(unpack_q6_K_vnni(base, offs, b, &t),
+               row_q6_K_vnni(&t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_K,
+                             p->bsums16 + ((size_t)(r0 + r) * k + (size_t)b * QK_K) / 16,
+                             p->dx[(size_t)(r0 + r) * blocks + b], acc[r]))
+}
+
+static void matmul_q0_vnni(int type, const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
+    enum { STEP = 2 };
+    int blocks = k / QK_0;
+    size_t row_bytes = (size_t)blocks * (type == EX_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q5_0));
+    tile_q0_vnni t;
+    SWEEP_VNNI(int both = b + 1 < blocks; unpack_q0_vnni(type, base, offs, b, both, &t),
+               row_q0_vnni(type, &t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_0,
+                           p->bsums + (size_t)(r0 + r) * blocks + b, p->dx + (size_t)(r0 + r) * blocks + b, both,
+                           acc[r]))
 }
 
 int ex_matmul_vnni(int type, const uint8_t *w, int n, int k, const float *x, int m, float *out, void *scratch) {
-    if (type != EX_Q4_K) return ex_matmul_ref(type, w, n, k, x, m, out, scratch);
-    int blocks = k / QK_K;
-    if (k % QK_K) return EX_BAD_SHAPE;
+    int block = act_block(type);
+    if (k % block || n < 0 || m < 0) return EX_BAD_SHAPE;
     prepared p;
-    int rc = prepare_rows(x, m, k, QK_K, scratch, &p);
+    int rc = prepare_rows(x, m, k, block, scratch, &p);
     if (rc) return rc;
-    int8_t *q = p.q;
-    float *dx = p.dx;
-    int16_t *bsums = p.bsums;
-    enum { MAX_ROWS = 64 };
-    float acc[MAX_ROWS];
-    for (int r0 = 0; r0 < m; r0 += MAX_ROWS) {
-        int rows = m - r0 < MAX_ROWS ? m - r0 : MAX_ROWS;
-        for (int j = 0; j < n; j++) {
-            const block_q4_K *row = (const block_q4_K *)(w + (size_t)j * blocks * sizeof(block_q4_K));
-            for (int r = 0; r < rows; r++) acc[r] = 0.0f;
-            for (int b = 0; b < blocks; b++) { /* each block unpacked once for every row of the pass */
-                __m512i wq[4], sc[4];
-                int mins[8];
-                unpack_q4_K(row + b, wq, sc, mins);
-                float d = half_to_float(row[b].d), dmin = half_to_float(row[b].dmin);
-                for (int r = 0; r < rows; r++) {
-                    size_t at = (size_t)(r0 + r) * k + (size_t)b * QK_K;
-                    acc[r] = acc[r] + block_q4_K_vnni(wq, sc, mins, d, dmin, q + at, bsums + at / 32,
-                                                      dx[(size_t)(r0 + r) * blocks + b]);
-                }
-            }
-            for (int r = 0; r < rows; r++) out[(size_t)(r0 + r) * n + j] = acc[r];
-        }
+    switch (type) {
+    case EX_Q4_K: matmul_q4_K_vnni(w, n, k, &p, m, out); break;
+    case EX_Q6_K: matmul_q6_K_vnni(w, n, k, &p, m, out); break;
+    default: matmul_q0_vnni(type, w, n, k, &p, m, out); break;
     }
     return EX_OK;
 }
 #endif
 
+/* ---- AVX2: 8 columns a tile, vpmaddubsw (u8 weights × s8 activations, pairs of products summed to
+ * int16) then vpmaddwd (int16 pairs to int32, against a scale or against ones) ---- */
 #if defined(__AVX2__)
-int ex_matmul_avx2(int type, const uint8_t *w, int n, int k, const float *x, int m, float *out, void *scratch) {
-    if (type != EX_Q4_K) return ex_matmul_ref(type, w, n, k, x, m, out, scratch);
-    int blocks = k / QK_K;
-    if (k % QK_K) return EX_BAD_SHAPE;
-    prepared p;
-    int rc = prepare_rows(x, m, k, QK_K, scratch, &p);
-    if (rc) return rc;
-    int8_t *q = p.q;
-    float *dx = p.dx;
-    int16_t *bsums = p.bsums;
-    for (int j = 0; j < n; j++) {
-        const block_q4_K *row = (const block_q4_K *)(w + (size_t)j * blocks * sizeof(block_q4_K));
-        for (int r = 0; r < m; r++) {
-            float s = 0.0f;
-            for (int b = 0; b < blocks; b++) {
-                size_t at = (size_t)r * k + (size_t)b * QK_K;
-                s = s + block_q4_K_avx2(row + b, q + at, bsums + at / 32, dx[(size_t)r * blocks + b]);
-            }
-            out[(size_t)r * n + j] = s;
+
+/* 8 registers of 8 int32 partial sums -> one register whose lane c is the sum of register c's lanes */
+static inline __m256i tree8(const __m256i v[8]) {
+    __m256i q0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    __m256i q1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+
+static inline void halves8(const uint8_t *blk0, const int32_t *offs, int at, float *d) {
+    for (int c = 0; c < 8; c++) {
+        uint16_t h;
+        memcpy(&h, blk0 + offs[c] + at, 2);
+        d[c] = half_to_float(h);
+    }
+}
+
+/* -- Q4_K: each 32-byte register of nibbles is one sub-block (chunk c's low nibbles 2c, high 2c + 1);
+ * vpmaddubsw pairs: |q·x + q'·x'| <= 2·15·127 = 3810, no saturation; vpmaddwd against the 6-bit scale. */
+typedef struct {
+    __m256i w[8][8];      /* per column: sub-blocks 0..7 (u8, 0..15) */
+    int16_t sc[8][8];     /* per column: sc_0..7 */
+    __m256i mins[4];      /* lane c: column c's (m_2p, m_2p+1) as int16 */
+    float d[8], dmin[8];
+} tile_q4_K_avx2;
+
+static inline void unpack_q4_K_avx2(const uint8_t *base, const int32_t *offs, int b, tile_q4_K_avx2 *t) {
+    const __m256i low = _mm256_set1_epi8(15);
+    const uint8_t *blk0 = base + (size_t)b * sizeof(block_q4_K);
+    int32_t mins[4][8];
+    for (int c = 0; c < 8; c++) {
+        const block_q4_K *blk = (const block_q4_K *)(blk0 + offs[c]);
+        for (int h = 0; h < 4; h++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(blk->qs + 32 * h));
+            t->w[c][2 * h] = _mm256_and_si256(raw, low);
+            t->w[c][2 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
         }
+        uint64_t sc, mn;
+        q4_K_scales(blk->scales, &sc, &mn);
+        for (int j = 0; j < 8; j++) t->sc[c][j] = (int16_t)((sc >> 8 * j) & 0xff);
+        for (int p = 0; p < 4; p++) mins[p][c] = (int32_t)(((mn >> 16 * p) & 0xff) | ((mn >> (16 * p + 8)) & 0xff) << 16);
+    }
+    for (int p = 0; p < 4; p++) t->mins[p] = _mm256_loadu_si256((const __m256i *)mins[p]);
+    halves8(blk0, offs, 0, t->d), halves8(blk0, offs, 2, t->dmin);
+}
+
+static inline __m256 row_q4_K_avx2(const tile_q4_K_avx2 *t, const int8_t *x, const int16_t *bs32, float dx,
+                                   __m256 acc) {
+    __m256i xs[8], v[8];
+    for (int j = 0; j < 8; j++) xs[j] = _mm256_loadu_si256((const __m256i *)(x + 32 * j));
+    for (int c = 0; c < 8; c++) {
+        __m256i s = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++)
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(t->w[c][j], xs[j]),
+                                                      _mm256_set1_epi16(t->sc[c][j])));
+        v[c] = s;
+    }
+    int32_t pair[4];
+    memcpy(pair, bs32, 16);
+    __m256i bi = _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) bi = _mm256_add_epi32(bi, _mm256_madd_epi16(t->mins[p], _mm256_set1_epi32(pair[p])));
+    __m256 vdx = _mm256_set1_ps(dx);
+    __m256 dd = _mm256_mul_ps(vdx, _mm256_loadu_ps(t->d)), dm = _mm256_mul_ps(vdx, _mm256_loadu_ps(t->dmin));
+    __m256 cb = _mm256_sub_ps(_mm256_mul_ps(dd, _mm256_cvtepi32_ps(tree8(v))), _mm256_mul_ps(dm, _mm256_cvtepi32_ps(bi)));
+    return _mm256_add_ps(acc, cb);
+}
+
+/* -- Q6_K: register i holds weights 32i .. 32i + 31 as q in 0..63 (its 128-bit halves sub-blocks 2i and
+ * 2i + 1); vpmaddubsw pairs: |q·x + q'·x'| <= 2·63·127 = 16002, no saturation; vpmaddwd against the
+ * halves' signed scales. The −32: A = Σ sc·Σ q·x − 32·Σ_j sc_j bsum16_j, the last sum by one vpmaddwd
+ * (|sc_j·bsum16_j + ...| <= 2·128·2032 < 2^20, so ·32 stays in int32). */
+typedef struct {
+    __m256i w[8][8];  /* per column: q of weights 32i .. 32i + 31 */
+    __m256i s[8][8];  /* per column: int16, the low half sc_2i, the high half sc_2i+1 */
+    __m256i sc16[8];  /* per column: sc_0..15 as int16 */
+    float d[8];
+} tile_q6_K_avx2;
+
+static inline void unpack_q6_K_avx2(const uint8_t *base, const int32_t *offs, int b, tile_q6_K_avx2 *t) {
+    const __m256i low = _mm256_set1_epi8(15), top = _mm256_set1_epi8(0x30);
+    const __m256i halves = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, /* word 0 of a pair */
+                                            2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3); /* word 1 */
+    const uint8_t *blk0 = base + (size_t)b * sizeof(block_q6_K);
+    for (int c = 0; c < 8; c++) {
+        const block_q6_K *blk = (const block_q6_K *)(blk0 + offs[c]);
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk->ql + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h));
+            /* s = 0..3: weights 128h + 32s + l; low bits from l0/l1's nibbles, high bits qh >> 2s */
+            t->w[c][4 * h] = _mm256_or_si256(_mm256_and_si256(l0, low), _mm256_and_si256(_mm256_slli_epi16(qh, 4), top));
+            t->w[c][4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, low), _mm256_and_si256(_mm256_slli_epi16(qh, 2), top));
+            t->w[c][4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low), _mm256_and_si256(qh, top));
+            t->w[c][4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low),
+                                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), top));
+        }
+        __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
+        t->sc16[c] = sc;
+        for (int i = 0; i < 8; i++) /* dword i of sc is (sc_2i, sc_2i+1): spread it over the two halves */
+            t->s[c][i] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(i)), halves);
+    }
+    halves8(blk0, offs, 208, t->d);
+}
+
+static inline __m256 row_q6_K_avx2(const tile_q6_K_avx2 *t, const int8_t *x, const int16_t *bs16, float dx,
+                                   __m256 acc) {
+    __m256i xs[8], v[8], bs = _mm256_loadu_si256((const __m256i *)bs16);
+    for (int i = 0; i < 8; i++) xs[i] = _mm256_loadu_si256((const __m256i *)(x + 32 * i));
+    for (int c = 0; c < 8; c++) {
+        __m256i s = _mm256_slli_epi32(_mm256_madd_epi16(t->sc16[c], bs), 5);
+        s = _mm256_sub_epi32(_mm256_setzero_si256(), s);
+        for (int i = 0; i < 8; i++)
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(t->w[c][i], xs[i]), t->s[c][i]));
+        v[c] = s;
+    }
+    __m256 cb = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), _mm256_loadu_ps(t->d)), _mm256_cvtepi32_ps(tree8(v)));
+    return _mm256_add_ps(acc, cb);
+}
+
+/* -- Q8_0: vpmaddubsw needs an unsigned operand: |q| (0..128) against x with q's sign (vpsignb; |x| <=
+ * 127, so the negation is exact): pairs |..| <= 2·128·127 = 32512, no saturation. Q5_0: q in 0..31,
+ * pairs <= 2·31·127, and A = Σ q·x − 16·bsum32. One block a step. */
+typedef struct {
+    __m256i w[8], sign[8]; /* per column: the unsigned operand; Q8_0's q for vpsignb */
+    float d[8];
+} tile_q0_avx2;
+
+static inline __m256i q5_0_u8_avx2(const block_q5_0 *blk) {
+    __m128i qs = _mm_loadu_si128((const __m128i *)blk->qs), low = _mm_set1_epi8(15);
+    __m256i nib = _mm256_setr_m128i(_mm_and_si128(qs, low), _mm_and_si128(_mm_srli_epi16(qs, 4), low));
+    uint32_t qh;
+    memcpy(&qh, blk->qh, 4);
+    /* byte i <- bit i of qh: byte i/8 of qh into byte i, tested against 1 << (i % 8) */
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread);
+    __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+}
+
+static inline void unpack_q0_avx2(int type, const uint8_t *base, const int32_t *offs, int b, tile_q0_avx2 *t) {
+    size_t bytes = type == EX_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q5_0);
+    const uint8_t *blk0 = base + (size_t)b * bytes;
+    for (int c = 0; c < 8; c++) {
+        const uint8_t *blk = blk0 + offs[c];
+        if (type == EX_Q8_0) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)blk)->qs);
+            t->w[c] = _mm256_abs_epi8(q), t->sign[c] = q;
+        } else {
+            t->w[c] = q5_0_u8_avx2((const block_q5_0 *)blk);
+        }
+    }
+    halves8(blk0, offs, 0, t->d);
+}
+
+static inline __m256 row_q0_avx2(int type, const tile_q0_avx2 *t, const int8_t *x, const int16_t *bs32, float dx,
+                                 __m256 acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i xv = _mm256_loadu_si256((const __m256i *)x), v[8];
+    for (int c = 0; c < 8; c++) {
+        __m256i xs = type == EX_Q8_0 ? _mm256_sign_epi8(xv, t->sign[c]) : xv;
+        v[c] = _mm256_madd_epi16(_mm256_maddubs_epi16(t->w[c], xs), ones);
+    }
+    __m256i ai = tree8(v);
+    if (type == EX_Q5_0) ai = _mm256_sub_epi32(ai, _mm256_set1_epi32((int32_t)bs32[0] << 4));
+    __m256 cb = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(dx), _mm256_loadu_ps(t->d)), _mm256_cvtepi32_ps(ai));
+    return _mm256_add_ps(acc, cb);
+}
+
+static inline void store8(float *out, int cols, __m256 v) {
+    __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    _mm256_maskstore_ps(out, _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lanes), v);
+}
+#define SWEEP_AVX2(UNPACK, ROW) SWEEP(8, __m256, _mm256_setzero_ps(), store8, UNPACK, ROW)
+
+static void matmul_q4_K_avx2(const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
+    enum { STEP = 1 };
+    int blocks = k / QK_K;
+    size_t row_bytes = (size_t)blocks * sizeof(block_q4_K);
+    tile_q4_K_avx2 t;
+    SWEEP_AVX2(unpack_q4_K_avx2(base, offs, b, &t),
+               row_q4_K_avx2(&t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_K,
+                             p->bsums + ((size_t)(r0 + r) * k + (size_t)b * QK_K) / 32,
+                             p->dx[(size_t)(r0 + r) * blocks + b], acc[r]))
+}
+
+static void matmul_q6_K_avx2(const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
+    enum { STEP = 1 };
+    int blocks = k / QK_K;
+    size_t row_bytes = (size_t)blocks * sizeof(block_q6_K);
+    tile_q6_K_avx2 t;
+    SWEEP_AVX2(unpack_q6_K_avx2(base, offs, b, &t),
+               row_q6_K_avx2(&t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_K,
+                             p->bsums16 + ((size_t)(r0 + r) * k + (size_t)b * QK_K) / 16,
+                             p->dx[(size_t)(r0 + r) * blocks + b], acc[r]))
+}
+
+static void matmul_q0_avx2(int type, const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
+    enum { STEP = 1 };
+    int blocks = k / QK_0;
+    size_t row_bytes = (size_t)blocks * (type == EX_Q8_0 ? sizeof(block_q8_0) : sizeof(block_q5_0));
+    tile_q0_avx2 t;
+    SWEEP_AVX2(unpack_q0_avx2(type, base, offs, b, &t),
+               row_q0_avx2(type, &t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_0,
+                           p->bsums + (size_t)(r0 + r) * blocks + b, p->dx[(size_t)(r0 + r) * blocks + b], acc[r]))
+}
+
+int ex_matmul_avx2(int type, const uint8_t *w, int n, int k, const float *x, int m, float *out, void *scratch) {
+    int block = act_block(type);
+    if (k % block || n < 0 || m < 0) return EX_BAD_SHAPE;
+    prepared p;
+    int rc = prepare_rows(x, m, k, block, scratch, &p);
+    if (rc) return rc;
+    switch (type) {
+    case EX_Q4_K: matmul_q4_K_avx2(w, n, k, &p, m, out); break;
+    case EX_Q6_K: matmul_q6_K_avx2(w, n, k, &p, m, out); break;
+    default: matmul_q0_avx2(type, w, n, k, &p, m, out); break;
     }
     return EX_OK;
 }

@@ -119,11 +119,10 @@ static inline int key_at(int j, int start, const int *seen) { return seen == NUL
  * of registers after shuffles, so each addition is one of FOLD16's own: fl(acc_l + acc_{l+w}). */
 static __m512 fold16_dot16(const float *q, const float *const k[16], int head_dim) {
     __m512 a[16];
-    for (int r = 0; r < 16; r++) {
-        __m512 acc = _mm512_setzero_ps();
-        for (int i = 0; i < head_dim; i += 16)
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(k[r] + i)));
-        a[r] = acc;
+    for (int r = 0; r < 16; r++) a[r] = _mm512_setzero_ps();
+    for (int i = 0; i < head_dim; i += 16) { /* 16 independent chains: throughput, not latency */
+        __m512 qi = _mm512_loadu_ps(q + i);
+        for (int r = 0; r < 16; r++) a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(qi, _mm512_loadu_ps(k[r] + i)));
     }
     __m512 t[8], u[4], v[2];
     for (int p = 0; p < 8; p++) /* w = 8: lanes 0-7 key 2p, 8-15 key 2p + 1 */
@@ -146,21 +145,52 @@ static __m512 fold16_dot16(const float *q, const float *const k[16], int head_di
 static float scores(const float *q, const float *keys, int head_dim, int n, int start, const int *seen, float scale,
                     float *e) {
     int j = 0;
+    float m = -INFINITY; /* a maximum is exact in any order */
 #if defined(__AVX512F__)
-    if (head_dim % 16 == 0)
+    if (head_dim % 16 == 0) {
+        __m512 top = _mm512_set1_ps(-INFINITY);
         for (; j + 16 <= n; j += 16) {
             const float *k[16];
             for (int r = 0; r < 16; r++) k[r] = keys + (size_t)key_at(j + r, start, seen) * head_dim;
-            _mm512_storeu_ps(e + j, _mm512_mul_ps(fold16_dot16(q, k, head_dim), _mm512_set1_ps(scale)));
+            __m512 s = _mm512_mul_ps(fold16_dot16(q, k, head_dim), _mm512_set1_ps(scale));
+            _mm512_storeu_ps(e + j, s);
+            top = _mm512_max_ps(top, s);
         }
+        m = _mm512_reduce_max_ps(top);
+    }
 #endif
-    for (; j < n; j++) e[j] = fold16_dot(q, keys + (size_t)key_at(j, start, seen) * head_dim, head_dim) * scale;
-    float m = -INFINITY;
-    for (j = 0; j < n; j++) m = e[j] > m ? e[j] : m;
+    for (; j < n; j++) {
+        e[j] = fold16_dot(q, keys + (size_t)key_at(j, start, seen) * head_dim, head_dim) * scale;
+        m = e[j] > m ? e[j] : m;
+    }
     return m;
 }
 
 #define MAX_HEAD_DIM 256
+
+#if defined(__AVX512F__)
+/* o_i = fl(a_i / Z), a_i = fl(a_i + fl(e_j · v_{j,i})) in key order, for a head of 128: the eight
+ * accumulators stay in registers across the keys */
+static void weigh_values_128(const float *values, const float *e, int n, int start, const int *seen, float z,
+                             float *out) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int j = 0; j < n; j++) {
+        const float *v = values + (size_t)key_at(j, start, seen) * 128;
+        __m512 ej = _mm512_set1_ps(e[j]);
+        a0 = _mm512_add_ps(a0, _mm512_mul_ps(ej, _mm512_loadu_ps(v)));
+        a1 = _mm512_add_ps(a1, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 16)));
+        a2 = _mm512_add_ps(a2, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 32)));
+        a3 = _mm512_add_ps(a3, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 48)));
+        a4 = _mm512_add_ps(a4, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 64)));
+        a5 = _mm512_add_ps(a5, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 80)));
+        a6 = _mm512_add_ps(a6, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 96)));
+        a7 = _mm512_add_ps(a7, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 112)));
+    }
+    __m512 zv = _mm512_set1_ps(z);
+    __m512 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+    for (int c = 0; c < 8; c++) _mm512_storeu_ps(out + 16 * c, _mm512_div_ps(acc[c], zv));
+}
+#endif
 
 /* §8 for one query head against n keys (the cache positions key_at(j), j in order) */
 static void attend_head(const float *q, const float *keys, const float *values, int head_dim, int n, int start,
@@ -168,6 +198,12 @@ static void attend_head(const float *q, const float *keys, const float *values, 
     float m = scores(q, keys, head_dim, n, start, seen, scale, e);
     for (int j = 0; j < n; j++) e[j] = exact_exp(e[j] - m);
     float z = fold16_sum(e, n);
+#if defined(__AVX512F__)
+    if (head_dim == 128) {
+        weigh_values_128(values, e, n, start, seen, z, out);
+        return;
+    }
+#endif
     float acc[MAX_HEAD_DIM] = {0}; /* +0: a_i = fl(a_i + fl(e_j · v_{j,i})) in key order */
     for (int j = 0; j < n; j++) {
         const float *v = values + (size_t)key_at(j, start, seen) * head_dim;

@@ -1,0 +1,116 @@
+"""Time node/model/exact/exact.c's product paths, one thread, at the served models' shapes.
+
+Compiles exact.c into a temporary directory (the flags of tests/test_exact_kernel.py), fills each
+matrix with fixed-seed random blocks (tests/test_exact_recipes.py's random_blocks) and prints, for
+each type, shape, path and pass width, the best of --repeat runs in ms and the weight bytes read per
+second (GB/s). The scalar reference is timed only where it is quick enough (--ref-limit).
+
+    .venv/bin/python scripts/bench_exact_kernel.py [--types Q4_K,Q6_K] [--rows 1,7,28,64] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from test_exact_recipes import random_blocks  # noqa: E402
+
+from node.model.exact.blocks import TYPES  # noqa: E402
+
+SOURCE = ROOT / "node" / "model" / "exact" / "exact.c"
+CODES = {"Q8_0": 0, "Q5_0": 1, "Q4_K": 2, "Q6_K": 3}
+VNNI = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
+# (type, n, k, what): the 1.5B target's and the 0.5B draft's matrices
+SHAPES = [
+    ("Q4_K", 8960, 1536, "target ffn_gate/up"),
+    ("Q4_K", 1536, 8960, "target ffn_down (Q4_K layers)"),
+    ("Q6_K", 1536, 8960, "target ffn_down"),
+    ("Q6_K", 151936, 1536, "target output head"),
+    ("Q8_0", 151936, 896, "draft output head"),
+    ("Q5_0", 4864, 896, "draft ffn_gate/up"),
+    ("Q5_0", 896, 4864, "draft ffn_down"),
+]
+ARGS = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int] + [
+    ctypes.c_void_p
+] * 2
+
+
+def cpu_flags() -> set[str]:
+    line = next((s for s in Path("/proc/cpuinfo").read_text().splitlines() if s.startswith("flags")), ":")
+    return set(line.split(":", 1)[1].split())
+
+
+def build(tmp: Path) -> tuple[ctypes.CDLL, list[str]]:
+    if shutil.which("cc") is None:
+        raise SystemExit("no C compiler")
+    vnni = all(f in cpu_flags() for f in VNNI)
+    flags = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"] if vnni else []
+    out = tmp / "exact.so"
+    cmd = ["cc", "-O3", "-std=c11", "-ffp-contract=off", "-mavx2", *flags, "-fPIC", "-shared"]
+    subprocess.run([*cmd, "-o", str(out), str(SOURCE), "-lm"], check=True)
+    lib = ctypes.CDLL(str(out))
+    lib.ex_scratch_bytes.restype, lib.ex_scratch_bytes.argtypes = ctypes.c_size_t, [ctypes.c_int] * 2
+    paths = ["ref", "avx2"] + (["vnni"] if vnni else [])
+    for path in paths:
+        getattr(lib, f"ex_matmul_{path}").argtypes = ARGS
+    return lib, paths
+
+
+def best_ms(lib, path: str, code: int, raw: np.ndarray, n: int, k: int, x: np.ndarray, repeat: int) -> float:
+    out = np.empty((x.shape[0], n), np.float32)
+    scratch = np.empty(lib.ex_scratch_bytes(x.shape[0], k), np.uint8)
+    fn = getattr(lib, f"ex_matmul_{path}")
+    args = (code, raw.ctypes.data, n, k, x.ctypes.data, x.shape[0], out.ctypes.data, scratch.ctypes.data)
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        assert fn(*args) == 0
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--types", default="Q4_K,Q6_K,Q8_0,Q5_0")
+    parser.add_argument("--rows", default="1,7,28,64")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--ref-limit", type=float, default=2e8, help="time the reference up to rows·n·k")
+    args = parser.parse_args()
+    types, widths = args.types.split(","), [int(r) for r in args.rows.split(",")]
+    rng = np.random.default_rng(20261205)
+    with tempfile.TemporaryDirectory() as tmp:
+        lib, paths = build(Path(tmp))
+        header = " ".join(f"{p + ' ms':>9} {'GB/s':>6}" for p in paths)
+        print(f"{'type':5} {'n x k':>13} {'MB':>7} {'rows':>4} {header}")
+        for name, n, k, what in SHAPES:
+            if name not in types:
+                continue
+            raw = random_blocks(TYPES[name], n, k, rng)
+            mb = raw.nbytes / 1e6
+            print(f"# {name} {n}x{k}: {what}")
+            for m in widths:
+                x = (rng.standard_normal((m, k)) * 2).astype(np.float32)
+                cells = []
+                for path in paths:
+                    if path == "ref" and m * n * k > args.ref_limit:
+                        cells.append(f"{'-':>9} {'-':>6}")
+                        continue
+                    ms = best_ms(lib, path, CODES[name], raw, n, k, x, 1 if path == "ref" else args.repeat)
+                    cells.append(f"{ms:9.3f} {mb / ms:6.1f}")
+                print(f"{name:5} {f'{n}x{k}':>13} {mb:7.1f} {m:4d} " + " ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
