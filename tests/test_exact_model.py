@@ -23,7 +23,7 @@ from node.model.exact.reference import ExactReference, Weight
 from node.model.kernels import ISA_ENV
 from node.model.kernels.batch import extend_batch
 from node.model.loading import ModelLoadError, load_model_dir, model_hash
-from node.model.pairs import QWEN_EXACT_TARGET_DIR
+from node.model.pairs import QWEN_TARGET_DIR
 
 PROMPT = [11, 402, 7, 3051, 99, 1203, 5, 2048, 77]  # 9 tokens of the tiny vocabulary
 REAL_PROMPT = [151643, 750, 75698, 1445, 982, 257, 421, 308, 366]  # "<|endoftext|>def fibonacci(n):..."
@@ -139,12 +139,12 @@ def test_the_model_hash_names_the_published_file_and_the_arithmetic_succeeds(see
     assert model_hash(tmp_path / "flipped") != model_hash(seeded)
 
 
-@pytest.mark.skipif(not QWEN_EXACT_TARGET_DIR.is_dir(), reason="the exact target is made by `make setup`")
+@pytest.mark.skipif(not QWEN_TARGET_DIR.is_dir(), reason="the exact target is made by `make setup`")
 def test_the_real_targets_first_layers_are_the_reference_bit_for_bit_succeeds():
     layers = 2
-    cfg = json.loads((QWEN_EXACT_TARGET_DIR / "config.json").read_text())
-    lm = load_exact_lm(QWEN_EXACT_TARGET_DIR, {**cfg, "num_hidden_layers": layers}, "target", library())
-    ref = ExactReference.from_gguf(QWEN_EXACT_TARGET_DIR / "model.gguf", layers=layers, positions=64)
+    cfg = json.loads((QWEN_TARGET_DIR / "config.json").read_text())
+    lm = load_exact_lm(QWEN_TARGET_DIR, {**cfg, "num_hidden_layers": layers}, "target", library())
+    ref = ExactReference.from_gguf(QWEN_TARGET_DIR / "model.gguf", layers=layers, positions=64)
     head = ref.w["output.weight"]
     ref.w["output.weight"] = Weight(head.kind, head.data[:HEAD_ROWS], head.k)
     with torch.inference_mode():

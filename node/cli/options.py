@@ -131,9 +131,9 @@ def add_pair_option(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument(
         "--pair",
         choices=tuple(PAIRS),
-        help=f"model pair: qwen2.5-coder = Qwen2.5-Coder-1.5B-Instruct verified, its 0.5B sibling drafting (both "
-        f"from pinned PyPI wheels, prepared by `make setup`); qwen2.5-coder-exact = the same with the target in "
-        f"the exact arithmetic (the GGUF's own blocks: the same bits on every machine); smollm2 = "
-        f"SmolLM2-135M-Instruct and a draft trained here; tiny = the small stdlib-trained pair in models/ "
-        f"(default {default})",
+        help=f"model pair: qwen2.5-coder = Qwen2.5-Coder-1.5B-Instruct verified in the exact arithmetic (the "
+        f"published GGUF's own blocks: the same bits on every machine), its 0.5B sibling drafting (both from pinned "
+        f"PyPI wheels, prepared by `make setup`); qwen2.5-coder-f16 = the same with the target dequantized to "
+        f"float16, as served before; smollm2 = SmolLM2-135M-Instruct and a draft trained here; tiny = the small "
+        f"stdlib-trained pair in models/ (default {default})",
     )

@@ -60,6 +60,9 @@ WORKLOADS = {
     "qwen2.5-coder": Workload(
         chat=True, bench=QWEN_PROMPTS, local_demo=QWEN_PROMPTS[:3], net_demo=QWEN_PROMPTS[:6], sweep=2, sweep_repeats=1
     ),
+    "qwen2.5-coder-f16": Workload(  # the same pair with the float16 target: the same prompts, side by side
+        chat=True, bench=QWEN_PROMPTS, local_demo=QWEN_PROMPTS[:3], net_demo=QWEN_PROMPTS[:6], sweep=2, sweep_repeats=1
+    ),
     "smollm2": Workload(chat=True, bench=CHAT_PROMPTS, local_demo=CHAT_PROMPTS[:3], net_demo=CHAT_PROMPTS[:4]),
     "tiny": Workload(
         chat=False, bench=CODE_PROMPTS, local_demo=CODE_PROMPTS[:3], net_demo=(*CODE_PROMPTS[:3], PARSE_ARGS_PROMPT)

