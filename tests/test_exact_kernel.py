@@ -1,14 +1,16 @@
-"""The C products of node/model/exact/exact.c against the torch reference, bit for bit, for every block
-format, on every path this CPU has: at pass widths 1, 2, 7, 8, 9, 64 and past the kernel's row chunk,
-with column counts that leave partial column tiles (16 for AVX-512, 8 for AVX2), block counts that
-leave a Q8_0/Q5_0 block unpaired, each row alone as in the whole pass, and blocks at the integer
-bounds the SIMD tricks rely on (vpmaddubsw saturation, int16 packs)."""
+"""The C products of node/model/exact/exact.c (and exact_amx.c) against the torch reference, bit for bit,
+for every block format, on every path this CPU has (scalar, AVX2, AVX-512 VNNI, AMX): at pass widths 1,
+2, 7, 8, 9, 16, 17, 64 and past the kernels' row chunks (67 for VNNI's 64, 16-row groups for AMX, 257+
+for AMX's 256), with column counts that leave partial column tiles (16 for AVX-512 and AMX, 8 for
+AVX2), block counts that leave a Q8_0/Q5_0 block unpaired, each row alone as in the whole pass, and
+blocks at the integer bounds the SIMD tricks rely on (vpmaddubsw saturation, int16 packs)."""
 
 from __future__ import annotations
 
 import ctypes
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,18 +20,26 @@ from test_exact_recipes import random_blocks
 
 from node.model.exact.blocks import TYPES, decode, matmul
 
-SOURCE = str(Path(__file__).resolve().parents[1] / "node" / "model" / "exact" / "exact.c")
+EXACT = Path(__file__).resolve().parents[1] / "node" / "model" / "exact"
+SOURCES = [str(EXACT / "exact.c"), str(EXACT / "exact_amx.c")]
 CODES = {"Q8_0": 0, "Q5_0": 1, "Q4_K": 2, "Q6_K": 3}
 VNNI = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
+AMX = ("amx_tile", "amx_int8")
 ARGS = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int] + [
     ctypes.c_void_p
 ] * 2
-WIDTHS = (1, 2, 7, 8, 9, 64, 67)  # 67: past the kernel's chunk of 64 rows
+WIDTHS = (1, 2, 7, 8, 9, 16, 17, 64, 67)  # 17: past AMX's group of 16 rows; 67: past VNNI's chunk of 64
 
 
 def cpu_flags() -> set[str]:
     flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), ":")
     return set(flags.split(":", 1)[1].split())
+
+
+def amx_usable(path: Path) -> bool:
+    """The library's tile probe, in a child process (a refusal must not end the test run)."""
+    code = f"import ctypes, sys; sys.exit(ctypes.CDLL({str(path)!r}).ex_amx_probe())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60).returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +48,15 @@ def lib(tmp_path_factory):
         pytest.skip("no C compiler")
     out = tmp_path_factory.mktemp("exact") / "exact.so"
     flags = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"] if all(f in cpu_flags() for f in VNNI) else []
-    cmd = [
-        "cc",
-        "-O3",
-        "-std=c11",
-        "-ffp-contract=off",
-        "-mavx2",
-        *flags,
-        "-fPIC",
-        "-shared",
-        "-o",
-        str(out),
-        SOURCE,
-        "-lm",
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120)
+    amx = bool(flags) and all(f in cpu_flags() for f in AMX)
+    flags += ["-mamx-tile", "-mamx-int8"] if amx else []
+    cmd = ["cc", "-O3", "-std=c11", "-ffp-contract=off", "-mavx2", *flags, "-fPIC", "-shared", "-o", str(out)]
+    subprocess.run([*cmd, *SOURCES, "-lm"], check=True, capture_output=True, text=True, timeout=120)
     library = ctypes.CDLL(str(out))
     library.ex_scratch_bytes.restype, library.ex_scratch_bytes.argtypes = ctypes.c_size_t, [ctypes.c_int] * 2
     paths = ["ex_matmul_ref", "ex_matmul_avx2"] + (["ex_matmul_vnni"] if flags else [])
+    if amx and amx_usable(out) and library.ex_amx_enable() == 0:
+        paths.append("ex_matmul_amx")
     for name in paths:
         getattr(library, name).argtypes = ARGS
     library.paths = paths
@@ -163,3 +164,22 @@ def test_a_non_finite_activation_or_a_bad_shape_is_refused_succeeds(lib, name):
             x[2, 100] = bad
             assert call(lib, path, name, raw, n, k, x)[0] == 1, path
         assert call(lib, path, name, raw, n, k - 16, activations(rng, 2, k - 16))[0] == 2, path
+
+
+def test_the_amx_path_runs_here_or_says_why_succeeds(lib):
+    """On a CPU with AMX the path must be among those compared above; elsewhere, a skip that says so."""
+    if not all(f in cpu_flags() for f in VNNI + AMX):
+        pytest.skip("this CPU lacks AMX (amx_tile, amx_int8) or AVX-512 VNNI: the AMX path is not compared here")
+    assert "ex_matmul_amx" in lib.paths, "the CPU lists AMX but the tile probe or Linux's permission failed"
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K"])
+def test_wide_passes_past_every_row_chunk_are_the_reference_succeeds(lib, name):
+    """300 rows: past AMX's 256-row chunk (its weights swept twice) and VNNI's 64, with a partial group."""
+    rng = np.random.default_rng(14)
+    k, n = 512, 19
+    raw = random_blocks(TYPES[name], n, k, rng)
+    x = activations(rng, 300, k)
+    want = reference(name, raw, k, x)
+    for path in lib.paths[1:]:
+        assert np.array_equal(run(lib, path, name, raw, n, k, x).view(np.uint32), want), path

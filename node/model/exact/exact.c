@@ -71,6 +71,40 @@ static int quantize_row(const float *x, int k, int block, int8_t *q, float *dx) 
     return EX_OK;
 }
 
+#if defined(__AVX512F__)
+#include <float.h>
+#include <immintrin.h>
+
+/* §3 as quantize_row, 16 values at a time: the maximum is exact in any order, x / dx a true division,
+ * rounding to nearest even (vrndscaleps), the same clamp: the same bits. Non-finite: |x| <= FLT_MAX fails. */
+static int quantize_row_avx512(const float *x, int k, int block, int8_t *q, float *dx) {
+    const __m512 huge = _mm512_set1_ps(FLT_MAX), top = _mm512_set1_ps((float)ACT_LEVELS);
+    for (int b = 0; b < k / block; b++) {
+        const float *xb = x + (size_t)b * block;
+        int8_t *qb = q + (size_t)b * block;
+        __m512 amax = _mm512_setzero_ps();
+        __mmask16 bad = 0;
+        for (int i = 0; i < block; i += 16) {
+            __m512 a = _mm512_abs_ps(_mm512_loadu_ps(xb + i));
+            bad |= _mm512_cmp_ps_mask(a, huge, _CMP_NLE_UQ);
+            amax = _mm512_max_ps(amax, a);
+        }
+        if (bad) return EX_NON_FINITE;
+        float d = _mm512_reduce_max_ps(amax) / (float)ACT_LEVELS;
+        dx[b] = d;
+        __m512 vd = _mm512_set1_ps(d);
+        for (int i = 0; i < block; i += 16) {
+            __m512 v = _mm512_div_ps(_mm512_loadu_ps(xb + i), vd);
+            v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            v = _mm512_min_ps(_mm512_max_ps(v, _mm512_sub_ps(_mm512_setzero_ps(), top)), top);
+            __m128i l = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v));
+            _mm_storeu_si128((__m128i *)(qb + i), d == 0.0f ? _mm_setzero_si128() : l);
+        }
+    }
+    return EX_OK;
+}
+#endif
+
 static void q4_k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
     if (j < 4) { *sc = s[j] & 63; *m = s[j + 4] & 63; }
     else { *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4; *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4; }
@@ -139,15 +173,34 @@ static float block_ref(int type, const uint8_t *w, const int8_t *x, float dx) {
  * [m, k / 32] and of 16 values [m, k / 16] (|sum| <= 32 * 127 = 4064: int16), each 64-byte aligned. */
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
-size_t ex_scratch_bytes(int m, int k) {
+static size_t prepared_bytes(int m, int k) {
     size_t rows = (size_t)m, blocks = (size_t)(k / QK_0);
-    return 64 + align64(rows * k) + align64(rows * blocks * 4) + align64(rows * blocks * 2) + rows * blocks * 4;
+    return 64 + align64(rows * k) + align64(rows * blocks * 4) + align64(rows * blocks * 2) +
+           align64(rows * blocks * 4);
+}
+
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__) &&             \
+    defined(__AVX512VNNI__)
+#define EX_AMX 1
+size_t ex_amx_scratch_bytes(int m, int k); /* exact_amx.c */
+void ex_amx_product(int type, const uint8_t *w, int n, int k, const int8_t *q, const float *dx, const int16_t *sums,
+                    int m, float *out, void *scratch);
+#endif
+
+/* The scratch every path's product needs: the prepared rows, and after them the AMX path's layout */
+size_t ex_scratch_bytes(int m, int k) {
+#ifdef EX_AMX
+    return prepared_bytes(m, k) + ex_amx_scratch_bytes(m, k);
+#else
+    return prepared_bytes(m, k);
+#endif
 }
 
 typedef struct { int8_t *q; float *dx; int16_t *bsums, *bsums16; } prepared;
 
-/* §3 for every row of the pass into scratch (one preparation for every product path) */
-static int prepare_rows(const float *x, int m, int k, int block, void *scratch, prepared *p) {
+/* §3 for every row of the pass into scratch (one preparation for every product path; `simd`: the
+ * AVX-512 quantization where built, the same bits as the scalar one that the reference keeps) */
+static int prepare_rows(const float *x, int m, int k, int block, void *scratch, prepared *p, int simd) {
     size_t rows = (size_t)m, blocks = (size_t)(k / QK_0);
     char *at = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     p->q = (int8_t *)at;
@@ -155,7 +208,14 @@ static int prepare_rows(const float *x, int m, int k, int block, void *scratch, 
     p->bsums = (int16_t *)(at += align64(rows * blocks * 4));
     p->bsums16 = (int16_t *)(at + align64(rows * blocks * 2));
     for (int r = 0; r < m; r++) {
-        int rc = quantize_row(x + (size_t)r * k, k, block, p->q + (size_t)r * k, p->dx + (size_t)r * (k / block));
+        const float *xr = x + (size_t)r * k;
+        int8_t *qr = p->q + (size_t)r * k;
+        float *dxr = p->dx + (size_t)r * (k / block);
+#if defined(__AVX512F__)
+        int rc = simd ? quantize_row_avx512(xr, k, block, qr, dxr) : quantize_row(xr, k, block, qr, dxr);
+#else
+        int rc = quantize_row(xr, k, block, qr, dxr);
+#endif
         if (rc) return rc;
     }
     for (size_t i = 0; i < rows * k / 16; i++) {
@@ -172,7 +232,7 @@ int ex_matmul_ref(int type, const uint8_t *w, int n, int k, const float *x, int 
     int block = act_block(type), blocks = k / block;
     if (k % block) return EX_BAD_SHAPE;
     prepared p;
-    int rc = prepare_rows(x, m, k, block, scratch, &p);
+    int rc = prepare_rows(x, m, k, block, scratch, &p, 0);
     if (rc) return rc;
     int8_t *q = p.q;
     float *dx = p.dx;
@@ -346,15 +406,25 @@ static inline void unpack_q4_K_vnni(const uint8_t *base, const int32_t *offs, in
     }
 }
 
+/* The activations of every row of the pass put once in the weights' order (in place, after §3's
+ * sums were taken): quarter t of R0 low <-> x[64t .. 64t + 15], etc. (see unpack_q4_K_vnni) */
+static void order_x_q4_K_vnni(int8_t *q, size_t values) {
+    for (size_t at = 0; at < values; at += QK_K) {
+        __m512i x0 = _mm512_loadu_si512(q + at), x1 = _mm512_loadu_si512(q + at + 64);
+        __m512i x2 = _mm512_loadu_si512(q + at + 128), x3 = _mm512_loadu_si512(q + at + 192);
+        __m512i a = _mm512_shuffle_i64x2(x0, x1, 0x88), bq = _mm512_shuffle_i64x2(x2, x3, 0x88);
+        __m512i c = _mm512_shuffle_i64x2(x0, x1, 0xdd), dq = _mm512_shuffle_i64x2(x2, x3, 0xdd);
+        _mm512_storeu_si512(q + at, _mm512_shuffle_i64x2(a, bq, 0x88));
+        _mm512_storeu_si512(q + at + 64, _mm512_shuffle_i64x2(a, bq, 0xdd));
+        _mm512_storeu_si512(q + at + 128, _mm512_shuffle_i64x2(c, dq, 0x88));
+        _mm512_storeu_si512(q + at + 192, _mm512_shuffle_i64x2(c, dq, 0xdd));
+    }
+}
+
 static inline __m512 row_q4_K_vnni(const tile_q4_K_vnni *t, const int8_t *x, const int16_t *bs32, float dx,
                                    __m512 acc) {
-    __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 64);
-    __m512i x2 = _mm512_loadu_si512(x + 128), x3 = _mm512_loadu_si512(x + 192);
-    /* the activations in the weights' order: quarter t of R0 low <-> x[64t .. 64t + 15], etc. */
-    __m512i a = _mm512_shuffle_i64x2(x0, x1, 0x88), bq = _mm512_shuffle_i64x2(x2, x3, 0x88);
-    __m512i c = _mm512_shuffle_i64x2(x0, x1, 0xdd), dq = _mm512_shuffle_i64x2(x2, x3, 0xdd);
-    __m512i r0lo = _mm512_shuffle_i64x2(a, bq, 0x88), r0hi = _mm512_shuffle_i64x2(a, bq, 0xdd);
-    __m512i r1lo = _mm512_shuffle_i64x2(c, dq, 0x88), r1hi = _mm512_shuffle_i64x2(c, dq, 0xdd);
+    __m512i r0lo = _mm512_loadu_si512(x), r0hi = _mm512_loadu_si512(x + 64);
+    __m512i r1lo = _mm512_loadu_si512(x + 128), r1hi = _mm512_loadu_si512(x + 192);
     __m512i v[16];
     for (int j = 0; j < 16; j++) {
         const __m512i zero = _mm512_setzero_si512();
@@ -513,6 +583,7 @@ static void matmul_q4_K_vnni(const uint8_t *w, int n, int k, const prepared *p, 
     int blocks = k / QK_K;
     size_t row_bytes = (size_t)blocks * sizeof(block_q4_K);
     tile_q4_K_vnni t;
+    order_x_q4_K_vnni(p->q, (size_t)m * k);
     SWEEP_VNNI(unpack_q4_K_vnni(base, offs, b, &t),
                row_q4_K_vnni(&t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_K,
                              p->bsums + ((size_t)(r0 + r) * k + (size_t)b * QK_K) / 32,
@@ -545,7 +616,7 @@ int ex_matmul_vnni(int type, const uint8_t *w, int n, int k, const float *x, int
     int block = act_block(type);
     if (k % block || n < 0 || m < 0) return EX_BAD_SHAPE;
     prepared p;
-    int rc = prepare_rows(x, m, k, block, scratch, &p);
+    int rc = prepare_rows(x, m, k, block, scratch, &p, 1);
     if (rc) return rc;
     switch (type) {
     case EX_Q4_K: matmul_q4_K_vnni(w, n, k, &p, m, out); break;
@@ -554,6 +625,25 @@ int ex_matmul_vnni(int type, const uint8_t *w, int n, int k, const float *x, int
     }
     return EX_OK;
 }
+
+#ifdef EX_AMX
+/* The AMX path (exact_amx.c) for Q4_K and Q6_K; Q8_0 and Q5_0 take the VNNI one. Only after
+ * ex_amx_enable() succeeded in this process (kernel.py sees to it). */
+int ex_matmul_amx(int type, const uint8_t *w, int n, int k, const float *x, int m, float *out, void *scratch) {
+    int block = act_block(type);
+    if (k % block || n < 0 || m < 0) return EX_BAD_SHAPE;
+    prepared p;
+    int rc = prepare_rows(x, m, k, block, scratch, &p, 1);
+    if (rc) return rc;
+    void *layout = (char *)scratch + prepared_bytes(m, k);
+    switch (type) {
+    case EX_Q4_K: ex_amx_product(type, w, n, k, p.q, p.dx, p.bsums, m, out, layout); break;
+    case EX_Q6_K: ex_amx_product(type, w, n, k, p.q, p.dx, p.bsums16, m, out, layout); break;
+    default: matmul_q0_vnni(type, w, n, k, &p, m, out); break;
+    }
+    return EX_OK;
+}
+#endif
 #endif
 
 /* ---- AVX2: 8 columns a tile, vpmaddubsw (u8 weights × s8 activations, pairs of products summed to
@@ -770,7 +860,7 @@ int ex_matmul_avx2(int type, const uint8_t *w, int n, int k, const float *x, int
     int block = act_block(type);
     if (k % block || n < 0 || m < 0) return EX_BAD_SHAPE;
     prepared p;
-    int rc = prepare_rows(x, m, k, block, scratch, &p);
+    int rc = prepare_rows(x, m, k, block, scratch, &p, 0);
     if (rc) return rc;
     switch (type) {
     case EX_Q4_K: matmul_q4_K_avx2(w, n, k, &p, m, out); break;
