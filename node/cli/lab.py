@@ -7,11 +7,9 @@ PipelineConfig), whose fields hold the defaults shown in --help.
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 from pathlib import Path
 
-from node.cli.options import add_pair_option, defaults
+from node.cli.options import add_pair_option, defaults, positive_int
 from node.lab.config import (
     MAX_DEMO_TOKENS,
     BenchConfig,
@@ -23,7 +21,6 @@ from node.lab.config import (
 from node.model.kernels import KERNELS
 from node.model.pairs import DEFAULT_PAIR
 from node.target.config import DEFAULT_BATCH_ROWS, MAX_BATCH_ROWS
-from node.training.config import PipelineConfig
 from verifier.errors import InvalidParams
 from verifier.params import MAX_TEMPERATURE
 from verifier.proposal import MAX_GAMMA
@@ -157,7 +154,7 @@ def _add_bench_p2p(sub) -> None:
     p.add_argument(
         "--draft-deadline-ms", type=float, default=d["draft_deadline_ms"], help="the targets' draft deadline"
     )
-    p.add_argument("--prompts", type=_positive, help="only the first N of the pair's bench prompts (default: all)")
+    p.add_argument("--prompts", type=positive_int, help="only the first N of the pair's bench prompts (default: all)")
     p.set_defaults(func=_cmd_bench_p2p)
 
 
@@ -174,11 +171,14 @@ def _add_bench_target(sub) -> None:
     d = defaults(TargetBenchConfig)
     p = sub.add_parser(
         "bench-target",
-        help="one target pass against its memory-bandwidth floor: t(1), v(γ), shape drift, per kernel and threads",
+        help="one target pass's cost: t(1), v(γ), batch and prefill, beside llama.cpp (exact) or per kernel",
         description=(
-            "Measure the read bandwidth, the floor (weight bytes / bandwidth), t_target(1) and "
-            "v(γ) = t_target(γ+1)/t_target(1), and the logit drift between pass shapes, for each kernel and "
-            "thread count, in one run; prints the table and writes JSON."
+            "On an exact target (the default pair's): t(1), v(γ) = t(γ+1)/t(1), a shared pass of --batch-jobs "
+            "jobs × 7 rows against one 7-row pass and a --prefill-token prefill, on one thread and core, beside "
+            "llama.cpp's llama-bench on the same GGUF (built once from its pinned PyPI sdist into "
+            ".cache/llama.cpp), with issue 39's goals. On a float model: the read bandwidth, the floor (weight "
+            "bytes / bandwidth), t(1), v(γ) and the logit drift between pass shapes, per kernel and thread "
+            "count. One run; prints the table and writes JSON."
         ),
     )
     p.add_argument(
@@ -187,26 +187,42 @@ def _add_bench_target(sub) -> None:
     p.add_argument(
         "--draft-dir", type=Path, default=d["draft_dir"], help=f"draft timed per token (default {d['draft_dir']})"
     )
-    p.add_argument("--threads", type=_positive, nargs="+", default=list(d["threads"]), help="torch thread counts")
+    p.add_argument("--threads", type=positive_int, nargs="+", default=list(d["threads"]), help="torch thread counts")
     p.add_argument("--kernels", nargs="+", choices=KERNELS, default=list(d["kernels"]), help="linear-layer kernels")
     p.add_argument(
-        "--max-gamma", type=_positive, default=d["max_gamma"], help=f"v(γ) for γ = 1..N (default {d['max_gamma']})"
+        "--max-gamma", type=positive_int, default=d["max_gamma"], help=f"v(γ) for γ = 1..N (default {d['max_gamma']})"
     )
     p.add_argument(
-        "--repeats", type=_positive, default=d["repeats"], help=f"passes per timing (default {d['repeats']})"
+        "--repeats", type=positive_int, default=d["repeats"], help=f"passes per timing (default {d['repeats']})"
     )
+    p.add_argument("--compare", type=Path, help="exact target: another target directory timed beside it")
+    p.add_argument("--no-llama", action="store_true", help="exact target: do not build or run llama.cpp")
+    p.add_argument("--prefill", type=positive_int, default=d["prefill"], help=f"prompt tokens (default {d['prefill']})")
+    p.add_argument("--batch-jobs", type=positive_int, default=d["batch_jobs"], help="jobs in the shared 7-row pass")
     p.add_argument("--out", type=Path, default=d["out"], help=f"JSON output path (default {d['out']})")
     p.set_defaults(func=_cmd_bench_target)
 
 
 def _cmd_bench_target(args: argparse.Namespace) -> int:
+    from node.lab.bench_exact import run_bench_exact
     from node.lab.bench_target import run_bench_target
+    from node.model.exact import is_exact_model
 
     kernels = tuple(dict.fromkeys(args.kernels))  # each once, in the order given
     cfg = TargetBenchConfig(
-        args.model_dir, tuple(args.threads), kernels, args.max_gamma, args.repeats, args.out, args.draft_dir
+        args.model_dir,
+        tuple(args.threads),
+        kernels,
+        args.max_gamma,
+        args.repeats,
+        args.out,
+        args.draft_dir,
+        compare_dir=args.compare,
+        llama=not args.no_llama,
+        prefill=args.prefill,
+        batch_jobs=args.batch_jobs,
     )
-    run_bench_target(cfg)
+    (run_bench_exact if is_exact_model(cfg.model_dir) else run_bench_target)(cfg)  # exact: issue 39's goals
     return 0
 
 
@@ -221,7 +237,7 @@ def _add_bench_batch(sub) -> None:
         ),
     )
     add_pair_option(p, DEFAULT_PAIR)
-    p.add_argument("--threads", type=_positive, default=1, help="torch threads (default 1, as a target node)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1, as a target node)")
     p.add_argument("--out", type=Path, help="folder for bench_batch.json (default: print only)")
     p.set_defaults(func=_cmd_bench_batch)
 
@@ -246,10 +262,10 @@ def _add_bench_trees(sub) -> None:
             "--strategy lookup), merged into one tree when both answer a round."
         ),
     )
-    p.add_argument("--tokens", type=_positive, default=64, help="tokens per prompt (default 64)")
-    p.add_argument("--gamma", type=_positive, default=4, help="draft tokens per branch (default 4)")
+    p.add_argument("--tokens", type=positive_int, default=64, help="tokens per prompt (default 64)")
+    p.add_argument("--gamma", type=positive_int, default=4, help="draft tokens per branch (default 4)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
-    p.add_argument("--tree-nodes", type=_positive, default=DEFAULT_TREE_NODES, help="nodes a tree holds at most")
+    p.add_argument("--tree-nodes", type=positive_int, default=DEFAULT_TREE_NODES, help="nodes a tree holds at most")
     p.add_argument(
         "--p2p", action="store_true", help="drafter peers and target nodes over libp2p (writes bench_trees_p2p.json)"
     )
@@ -284,12 +300,14 @@ def _add_bench_serve(sub) -> None:
             "decoding's; writes JSON with --out."
         ),
     )
-    p.add_argument("--tokens", type=_positive, default=64, help="tokens per client (default 64)")
-    p.add_argument("--gamma", type=_positive, default=4, help="draft tokens per round (default 4)")
-    p.add_argument("--clients", type=_positive, nargs="+", default=[1, 2, 4, 8], help="client counts (default 1 2 4 8)")
+    p.add_argument("--tokens", type=positive_int, default=64, help="tokens per client (default 64)")
+    p.add_argument("--gamma", type=positive_int, default=4, help="draft tokens per round (default 4)")
+    p.add_argument(
+        "--clients", type=positive_int, nargs="+", default=[1, 2, 4, 8], help="client counts (default 1 2 4 8)"
+    )
     p.add_argument(
         "--batch-rows",
-        type=_positive,
+        type=positive_int,
         default=DEFAULT_BATCH_ROWS,
         help=f"rows of the batched modes' shared passes at most (default {DEFAULT_BATCH_ROWS})",
     )
@@ -324,13 +342,18 @@ def _add_bench_draft_length(sub) -> None:
         ),
     )
     add_pair_option(p, d["pair"])
-    p.add_argument("--prompts", type=_positive, default=d["prompts"], help=f"bench prompts (default {d['prompts']})")
-    p.add_argument("--seeds", type=_positive, default=d["seeds"], help=f"answers per prompt (default {d['seeds']})")
+    p.add_argument("--prompts", type=positive_int, default=d["prompts"], help=f"bench prompts (default {d['prompts']})")
+    p.add_argument("--seeds", type=positive_int, default=d["seeds"], help=f"answers per prompt (default {d['seeds']})")
     p.add_argument(
-        "--max-tokens", type=_positive, default=d["max_tokens"], help=f"tokens per answer (default {d['max_tokens']})"
+        "--max-tokens",
+        type=positive_int,
+        default=d["max_tokens"],
+        help=f"tokens per answer (default {d['max_tokens']})",
     )
     p.add_argument("--temperature", type=float, default=d["temperature"], help=f"(default {d['temperature']})")
-    p.add_argument("--gammas", type=_positive, nargs="+", default=list(d["gammas"]), help="the most tokens a block has")
+    p.add_argument(
+        "--gammas", type=positive_int, nargs="+", default=list(d["gammas"]), help="the most tokens a block has"
+    )
     p.add_argument("--thresholds", type=float, nargs="+", default=list(d["thresholds"]), help="confidence thresholds")
     p.add_argument(
         "--transport-ms", type=float, default=d["transport_ms"], help=f"one message's way (default {d['transport_ms']})"
@@ -356,42 +379,6 @@ def _cmd_bench_draft_length(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_train(sub) -> None:
-    d = defaults(PipelineConfig)
-    p = sub.add_parser(
-        "train",
-        help="retrain the shipped tiny tokenizer + target/draft pair (resumable)",
-        description=(
-            "Train a byte-level BPE tokenizer and a GPT-2-style target/draft pair on this Python's standard "
-            "library, distilling the draft from the target. Every stage checkpoints to --work-dir; rerun the "
-            "same command to resume after an interruption. --out-dir models replaces the shipped pair."
-        ),
-    )
-    p.add_argument(
-        "--out-dir", type=Path, default=d["out_dir"], help=f"model dirs + MANIFEST.json (default {d['out_dir']})"
-    )
-    p.add_argument("--work-dir", type=Path, default=d["work_dir"], help=f"checkpoints (default {d['work_dir']})")
-    for name in ("target_steps", "draft_steps", "batch_size", "threads"):
-        p.add_argument(f"--{name.replace('_', '-')}", type=_positive, default=d[name], help=f"default {d[name]}")
-    p.set_defaults(func=_cmd_train)
-
-
-def _positive(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return int(text)
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    from node.training.pipeline import run
-
-    logging.getLogger().setLevel(logging.INFO)
-    names = ("out_dir", "work_dir", "target_steps", "draft_steps", "batch_size", "threads")
-    manifest = run(PipelineConfig(**{name: getattr(args, name) for name in names}))
-    print(json.dumps({k: manifest[k] for k in ("target", "draft", "greedy_acceptance")}, indent=2))
-    return 0
-
-
 def add_lab_commands(sub) -> None:
     _add_theory(sub)
     _add_demo(sub)
@@ -403,4 +390,3 @@ def add_lab_commands(sub) -> None:
     _add_bench_trees(sub)
     _add_bench_serve(sub)
     _add_bench_draft_length(sub)
-    _add_train(sub)

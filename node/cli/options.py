@@ -137,3 +137,10 @@ def add_pair_option(p: argparse.ArgumentParser, default: str) -> None:
         f"float16, as served before; smollm2 = SmolLM2-135M-Instruct and a draft trained here; tiny = the small "
         f"stdlib-trained pair in models/ (default {default})",
     )
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return int(text)

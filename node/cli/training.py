@@ -1,4 +1,5 @@
-"""`specmarket train-draft`: distil the real target's draft (``node.training.distill``)."""
+"""`specmarket train`: retrain the shipped tiny pair (``node.training.pipeline``); `specmarket train-draft`:
+distil the real target's draft (``node.training.distill``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 import logging
 from pathlib import Path
 
-from node.cli.options import defaults, resolve
+from node.cli.options import defaults, positive_int, resolve
+from node.training.config import PipelineConfig
 from node.training.distill.config import STAGES, DistillConfig
 
 
@@ -26,6 +28,7 @@ def _stages(text: str) -> tuple[str, ...]:
 
 
 def add_training_commands(sub) -> None:
+    _add_train(sub)
     d = defaults(DistillConfig)
     p = sub.add_parser(
         "train-draft",
@@ -68,4 +71,34 @@ def _cmd_train_draft(args: argparse.Namespace) -> int:
         result = stages[name](cfg)
         if name == "ship":
             print(json.dumps(result["heldout"], indent=2))
+    return 0
+
+
+def _add_train(sub) -> None:
+    d = defaults(PipelineConfig)
+    p = sub.add_parser(
+        "train",
+        help="retrain the shipped tiny tokenizer + target/draft pair (resumable)",
+        description=(
+            "Train a byte-level BPE tokenizer and a GPT-2-style target/draft pair on this Python's standard "
+            "library, distilling the draft from the target. Every stage checkpoints to --work-dir; rerun the "
+            "same command to resume after an interruption. --out-dir models replaces the shipped pair."
+        ),
+    )
+    p.add_argument(
+        "--out-dir", type=Path, default=d["out_dir"], help=f"model dirs + MANIFEST.json (default {d['out_dir']})"
+    )
+    p.add_argument("--work-dir", type=Path, default=d["work_dir"], help=f"checkpoints (default {d['work_dir']})")
+    for name in ("target_steps", "draft_steps", "batch_size", "threads"):
+        p.add_argument(f"--{name.replace('_', '-')}", type=positive_int, default=d[name], help=f"default {d[name]}")
+    p.set_defaults(func=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from node.training.pipeline import run
+
+    logging.getLogger().setLevel(logging.INFO)
+    names = ("out_dir", "work_dir", "target_steps", "draft_steps", "batch_size", "threads")
+    manifest = run(PipelineConfig(**{name: getattr(args, name) for name in names}))
+    print(json.dumps({k: manifest[k] for k in ("target", "draft", "greedy_acceptance")}, indent=2))
     return 0

@@ -76,6 +76,12 @@ class TargetBenchConfig:
     repeats: int = 15  # passes per timing; the median is reported
     out: Path = Path("bench_out/bench_target.json")
     draft_dir: Path | None = QWEN_DRAFT_DIR  # its draft's ms per token is measured too (None: skipped)
+    # an exact target (node.lab.bench_exact): issue 39's goals, beside llama.cpp on the same GGUF
+    compare_dir: Path | None = None  # another target timed pass by pass beside it (e.g. the float16 one)
+    llama: bool = True  # build (once) and run llama-bench on the same GGUF, same core, one thread
+    llama_repeats: int = 3  # llama-bench -r
+    prefill: int = 512  # the prompt prefilled from an empty cache (llama.cpp's pp at the same length)
+    batch_jobs: int = 4  # jobs of 7 rows in the shared pass timed against one job's pass
 
 
 @dataclass(frozen=True)
