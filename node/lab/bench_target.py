@@ -68,15 +68,16 @@ def shape_drift(model: HFCausalLM, width: int) -> dict:
 
 def interleaved_pass_ms(models: dict[str, HFCausalLM], widths: range, repeats: int) -> dict[str, dict[int, float]]:
     """Median ms of one n-position pass for every model and width, after a COST_CONTEXT prefix: the
-    models take turns pass by pass, so machine noise falls on all of them alike."""
+    models and the widths take turns pass by pass (one pass of each width of each model per repeat), so
+    machine noise falls on all of them, and on v's numerator and denominator, alike."""
     context = list(range(1, COST_CONTEXT + 1))
     for model in models.values():
         model.reset()
         model.extend(context)
     samples: dict[str, dict[int, list[float]]] = {name: {n: [] for n in widths} for name in models}
-    for n in widths:
-        tokens = list(range(7, 7 + n))
-        for _ in range(repeats):
+    for _ in range(repeats):
+        for n in widths:
+            tokens = list(range(7, 7 + n))
             for name, model in models.items():
                 started = time.perf_counter()
                 model.extend(tokens)
