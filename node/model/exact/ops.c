@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FOLD_LANES 16
@@ -111,13 +112,20 @@ void ex_rope(float *x, int row_stride, int rows, int heads, int head_dim, const 
 
 static inline int key_at(int j, int start, const int *seen) { return seen == NULL || j < start ? j : seen[j - start]; }
 
+/* Attention (§8) runs one KV head's query heads together, a sweep of up to SWEEP_HEADS heads of one
+ * query row: every key and value is then loaded from memory once per sweep instead of once per head,
+ * while each head's own operations stay those of §8, in its order (which loads are shared and how
+ * the loops nest is all that differs from attending head by head). */
+#define SWEEP_HEADS 8
+#define MAX_HEAD_DIM 256
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
 /* FOLD16 of q · k_j for 16 keys at once, head_dim a multiple of 16: key r's 16 lanes are one
  * register (acc_l += q_i · k_i for i ≡ l mod 16, in order), then the tree 8, 4, 2, 1 runs on pairs
  * of registers after shuffles, so each addition is one of FOLD16's own: fl(acc_l + acc_{l+w}). */
-static __m512 fold16_dot16(const float *q, const float *const k[16], int head_dim) {
+static inline __m512 fold16_dot16(const float *q, const float *const k[16], int head_dim) {
     __m512 a[16];
     for (int r = 0; r < 16; r++) a[r] = _mm512_setzero_ps();
     for (int i = 0; i < head_dim; i += 16) { /* 16 independent chains: throughput, not latency */
@@ -139,96 +147,166 @@ static __m512 fold16_dot16(const float *q, const float *const k[16], int head_di
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     return _mm512_permutexvar_ps(order, w); /* lane j: key j */
 }
+
+/* the keys at list positions j .. j + 15; past n (a tail) the last key again: its lanes are scored
+ * but never kept, each lane's FOLD16 being its own */
+static void key_block(const float *keys, int head_dim, int j, int n, int start, const int *seen, const float *k[16]) {
+    for (int r = 0; r < 16; r++) k[r] = keys + (size_t)key_at(j + r < n ? j + r : n - 1, start, seen) * head_dim;
+}
+
+/* scores_sweep's 16-key blocks, head_dim a multiple of 16: a block is loaded once and scored for every
+ * head while it sits in L1. top_t is the maximum over the whole blocks (a register's, then its
+ * reduction), then the tail's keys one by one: the order the scalar path takes them in. */
+static void scores_sweep16(const float *q, const float *keys, int head_dim, int nh, int n, int start,
+                           const int *seen, float scale, float *e, float *top) {
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 best[SWEEP_HEADS];
+    for (int t = 0; t < nh; t++) best[t] = _mm512_set1_ps(-INFINITY);
+    const float *k[16];
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        key_block(keys, head_dim, j, n, start, seen, k);
+        for (int t = 0; t < nh; t++) {
+            __m512 s = _mm512_mul_ps(fold16_dot16(q + (size_t)t * head_dim, k, head_dim), sc);
+            _mm512_storeu_ps(e + (size_t)t * n + j, s);
+            best[t] = _mm512_max_ps(best[t], s);
+        }
+    }
+    for (int t = 0; t < nh; t++) top[t] = _mm512_reduce_max_ps(best[t]);
+    if (j == n) return;
+    key_block(keys, head_dim, j, n, start, seen, k);
+    __mmask16 keep = (__mmask16)((1u << (n - j)) - 1);
+    for (int t = 0; t < nh; t++) {
+        float *et = e + (size_t)t * n;
+        _mm512_mask_storeu_ps(et + j, keep, _mm512_mul_ps(fold16_dot16(q + (size_t)t * head_dim, k, head_dim), sc));
+        for (int i = j; i < n; i++) top[t] = et[i] > top[t] ? et[i] : top[t];
+    }
+}
+
+/* weigh_values for NH heads (a constant once inlined, so that the 4·NH accumulators live in registers)
+ * and the 64 dims c .. c + 63: v_j's 64 floats are loaded once for all NH heads */
+static inline __attribute__((always_inline)) void weigh_values64(const float *values, int head_dim, int c,
+                                                                 const float *e, int n, int start, const int *seen,
+                                                                 const float *z, float *out, const int NH) {
+    __m512 a[6][4]; /* 24 accumulators, 4 values and a weight: 29 of the 32 registers */
+    for (int t = 0; t < NH; t++)
+        for (int u = 0; u < 4; u++) a[t][u] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        const float *v = values + (size_t)key_at(j, start, seen) * head_dim + c;
+        __m512 vu[4];
+        for (int u = 0; u < 4; u++) vu[u] = _mm512_loadu_ps(v + 16 * u);
+        for (int t = 0; t < NH; t++) {
+            __m512 ej = _mm512_set1_ps(e[(size_t)t * n + j]);
+            for (int u = 0; u < 4; u++) a[t][u] = _mm512_add_ps(a[t][u], _mm512_mul_ps(ej, vu[u]));
+        }
+    }
+    for (int t = 0; t < NH; t++)
+        for (int u = 0; u < 4; u++)
+            _mm512_storeu_ps(out + (size_t)t * head_dim + c + 16 * u, _mm512_div_ps(a[t][u], _mm512_set1_ps(z[t])));
+}
+
+/* weigh_values with head_dim a multiple of 64: heads 6 at a time, dims 64 at a time */
+static void weigh_values_avx512(const float *values, int head_dim, const float *e, int nh, int n, int start,
+                                const int *seen, const float *z, float *out) {
+    for (int t = 0; t < nh; t += 6) {
+        const float *et = e + (size_t)t * n;
+        float *ot = out + (size_t)t * head_dim;
+        for (int c = 0; c < head_dim; c += 64) switch (nh - t < 6 ? nh - t : 6) {
+            case 1: weigh_values64(values, head_dim, c, et, n, start, seen, z + t, ot, 1); break;
+            case 2: weigh_values64(values, head_dim, c, et, n, start, seen, z + t, ot, 2); break;
+            case 3: weigh_values64(values, head_dim, c, et, n, start, seen, z + t, ot, 3); break;
+            case 4: weigh_values64(values, head_dim, c, et, n, start, seen, z + t, ot, 4); break;
+            case 5: weigh_values64(values, head_dim, c, et, n, start, seen, z + t, ot, 5); break;
+            default: weigh_values64(values, head_dim, c, et, n, start, seen, z + t, ot, 6); break;
+            }
+    }
+}
 #endif
 
-/* s_j = fl(FOLD16(q · k_j) · scale) for the n keys a row sees, into e; returns max_j s_j */
-static float scores(const float *q, const float *keys, int head_dim, int n, int start, const int *seen, float scale,
-                    float *e) {
-    int j = 0;
-    float m = -INFINITY; /* a maximum is exact in any order */
+/* s_{t,j} = fl(FOLD16(q_t · k_j) · scale) for nh heads (q_t = q + t · head_dim) and the n keys their
+ * row sees, into e_t = e + t · n; top_t = max_j s_{t,j} (a maximum is exact in any order) */
+static void scores_sweep(const float *q, const float *keys, int head_dim, int nh, int n, int start, const int *seen,
+                         float scale, float *e, float *top) {
 #if defined(__AVX512F__)
     if (head_dim % 16 == 0) {
-        __m512 top = _mm512_set1_ps(-INFINITY);
-        for (; j + 16 <= n; j += 16) {
-            const float *k[16];
-            for (int r = 0; r < 16; r++) k[r] = keys + (size_t)key_at(j + r, start, seen) * head_dim;
-            __m512 s = _mm512_mul_ps(fold16_dot16(q, k, head_dim), _mm512_set1_ps(scale));
-            _mm512_storeu_ps(e + j, s);
-            top = _mm512_max_ps(top, s);
-        }
-        m = _mm512_reduce_max_ps(top);
-    }
-#endif
-    for (; j < n; j++) {
-        e[j] = fold16_dot(q, keys + (size_t)key_at(j, start, seen) * head_dim, head_dim) * scale;
-        m = e[j] > m ? e[j] : m;
-    }
-    return m;
-}
-
-#define MAX_HEAD_DIM 256
-
-#if defined(__AVX512F__)
-/* o_i = fl(a_i / Z), a_i = fl(a_i + fl(e_j · v_{j,i})) in key order, for a head of 128: the eight
- * accumulators stay in registers across the keys */
-static void weigh_values_128(const float *values, const float *e, int n, int start, const int *seen, float z,
-                             float *out) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-    for (int j = 0; j < n; j++) {
-        const float *v = values + (size_t)key_at(j, start, seen) * 128;
-        __m512 ej = _mm512_set1_ps(e[j]);
-        a0 = _mm512_add_ps(a0, _mm512_mul_ps(ej, _mm512_loadu_ps(v)));
-        a1 = _mm512_add_ps(a1, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 16)));
-        a2 = _mm512_add_ps(a2, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 32)));
-        a3 = _mm512_add_ps(a3, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 48)));
-        a4 = _mm512_add_ps(a4, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 64)));
-        a5 = _mm512_add_ps(a5, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 80)));
-        a6 = _mm512_add_ps(a6, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 96)));
-        a7 = _mm512_add_ps(a7, _mm512_mul_ps(ej, _mm512_loadu_ps(v + 112)));
-    }
-    __m512 zv = _mm512_set1_ps(z);
-    __m512 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
-    for (int c = 0; c < 8; c++) _mm512_storeu_ps(out + 16 * c, _mm512_div_ps(acc[c], zv));
-}
-#endif
-
-/* §8 for one query head against n keys (the cache positions key_at(j), j in order) */
-static void attend_head(const float *q, const float *keys, const float *values, int head_dim, int n, int start,
-                        const int *seen, float scale, float *e, float *out) {
-    float m = scores(q, keys, head_dim, n, start, seen, scale, e);
-    for (int j = 0; j < n; j++) e[j] = exact_exp(e[j] - m);
-    float z = fold16_sum(e, n);
-#if defined(__AVX512F__)
-    if (head_dim == 128) {
-        weigh_values_128(values, e, n, start, seen, z, out);
+        scores_sweep16(q, keys, head_dim, nh, n, start, seen, scale, e, top);
         return;
     }
 #endif
-    float acc[MAX_HEAD_DIM] = {0}; /* +0: a_i = fl(a_i + fl(e_j · v_{j,i})) in key order */
+    for (int t = 0; t < nh; t++) top[t] = -INFINITY;
     for (int j = 0; j < n; j++) {
-        const float *v = values + (size_t)key_at(j, start, seen) * head_dim;
-        float ej = e[j];
-        for (int i = 0; i < head_dim; i++) acc[i] = acc[i] + ej * v[i];
+        const float *k = keys + (size_t)key_at(j, start, seen) * head_dim;
+        for (int t = 0; t < nh; t++) {
+            float s = fold16_dot(q + (size_t)t * head_dim, k, head_dim) * scale;
+            e[(size_t)t * n + j] = s;
+            top[t] = s > top[t] ? s : top[t];
+        }
     }
-    for (int i = 0; i < head_dim; i++) out[i] = acc[i] / z;
+}
+
+/* e_j = exp(fl(s_j − m)) in place; returns Z = FOLD16(e_j) */
+static float softmax_weights(float *e, int n, float m) {
+    for (int j = 0; j < n; j++) e[j] = exact_exp(e[j] - m);
+    return fold16_sum(e, n);
+}
+
+/* o_{t,i} = fl(a_{t,i} / Z_t), a_{t,i} = fl(a_{t,i} + fl(e_{t,j} · v_{j,i})) in key order, for nh heads */
+static void weigh_values(const float *values, int head_dim, const float *e, int nh, int n, int start,
+                         const int *seen, const float *z, float *out) {
+#if defined(__AVX512F__)
+    if (head_dim % 64 == 0) {
+        weigh_values_avx512(values, head_dim, e, nh, n, start, seen, z, out);
+        return;
+    }
+#endif
+    for (int t = 0; t < nh; t++) {
+        float acc[MAX_HEAD_DIM] = {0}; /* +0 */
+        const float *et = e + (size_t)t * n;
+        for (int j = 0; j < n; j++) {
+            const float *v = values + (size_t)key_at(j, start, seen) * head_dim;
+            for (int i = 0; i < head_dim; i++) acc[i] = acc[i] + et[j] * v[i];
+        }
+        for (int i = 0; i < head_dim; i++) out[(size_t)t * head_dim + i] = acc[i] / z[t];
+    }
+}
+
+/* §8 for nh query heads of one row that share a KV head, against the n keys the row sees (the cache
+ * positions key_at(j), j in order); e holds nh · n floats */
+static void attend_sweep(const float *q, const float *keys, const float *values, int head_dim, int nh, int n,
+                         int start, const int *seen, float scale, float *e, float *out) {
+    float top[SWEEP_HEADS], z[SWEEP_HEADS];
+    scores_sweep(q, keys, head_dim, nh, n, start, seen, scale, e, top);
+    for (int t = 0; t < nh; t++) z[t] = softmax_weights(e + (size_t)t * n, n, top[t]);
+    weigh_values(values, head_dim, e, nh, n, start, seen, z, out);
 }
 
 /* §8, GQA: query row m (q rows `q_stride` apart, `heads` heads) sees the cache's positions 0 .. start
  * - 1, then (a chain, visible NULL) start .. start + m, or (a tree) the cache positions
  * visible[offsets[m]] .. visible[offsets[m + 1] - 1]: its ancestors root first, then itself. A node
  * therefore goes through exactly the operations of its path scored as a chain. keys and values are
- * [kv_heads, capacity, head_dim]; out [rows, heads · head_dim]; scratch holds start + rows floats. */
+ * [kv_heads, capacity, head_dim]; out [rows, heads · head_dim]; scratch holds start + rows floats
+ * (one head's weights: the sweeps of several heads take their own buffer, and fall back to one head
+ * at a time in scratch where it cannot be had). KV heads go outermost, so that one KV head's keys
+ * and values stay in cache across the rows of the pass. */
 void ex_attention(const float *q, int q_stride, const float *keys, const float *values, int capacity, float *out,
                   int rows, int start, int heads, int kv_heads, int head_dim, float scale, float *scratch,
                   const int *offsets, const int *visible) {
     int group = heads / kv_heads;
-    for (int m = 0; m < rows; m++) {
-        const int *seen = visible == NULL ? NULL : visible + offsets[m];
-        int n = start + (visible == NULL ? m + 1 : offsets[m + 1] - offsets[m]);
-        for (int h = 0; h < heads; h++) {
-            size_t kv = (size_t)(h / group) * capacity * head_dim;
-            attend_head(q + (size_t)m * q_stride + (size_t)h * head_dim, keys + kv, values + kv, head_dim, n, start,
-                        seen, scale, scratch, out + (size_t)m * heads * head_dim + (size_t)h * head_dim);
+    int sweep = group < SWEEP_HEADS ? group : SWEEP_HEADS;
+    float *e = sweep > 1 ? malloc(sizeof(float) * (size_t)sweep * (size_t)(start + rows)) : NULL;
+    if (e == NULL) sweep = 1;
+    for (int g = 0; g < kv_heads; g++) {
+        size_t kv = (size_t)g * capacity * head_dim;
+        for (int m = 0; m < rows; m++) {
+            const int *seen = visible == NULL ? NULL : visible + offsets[m];
+            int n = start + (visible == NULL ? m + 1 : offsets[m + 1] - offsets[m]);
+            for (int h = g * group; h < (g + 1) * group; h += sweep) {
+                int nh = (g + 1) * group - h < sweep ? (g + 1) * group - h : sweep;
+                attend_sweep(q + (size_t)m * q_stride + (size_t)h * head_dim, keys + kv, values + kv, head_dim, nh,
+                             n, start, seen, scale, e != NULL ? e : scratch,
+                             out + (size_t)m * heads * head_dim + (size_t)h * head_dim);
+            }
         }
     }
+    free(e);
 }
