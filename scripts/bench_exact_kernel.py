@@ -66,7 +66,7 @@ def build(tmp: Path, sources: Path, tag: str) -> tuple[ctypes.CDLL, list[str]]:
     amx = vnni and all(f in cpu_flags() for f in AMX) and (sources / "exact_amx.c").is_file()
     flags = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"] if vnni else []
     flags += ["-mamx-tile", "-mamx-int8"] if amx else []
-    files = [str(sources / name) for name in ("exact.c", "exact_amx.c") if (sources / name).is_file()]
+    files = [str(sources / name) for name in ("exact.c", "exact_vnni.c", "exact_amx.c") if (sources / name).is_file()]
     out = tmp / f"{tag}.so"
     cmd = ["cc", "-O3", "-std=c11", "-ffp-contract=off", "-mavx2", *flags, "-fPIC", "-shared"]
     subprocess.run([*cmd, "-o", str(out), *files, "-lm"], check=True)

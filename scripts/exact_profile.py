@@ -53,7 +53,7 @@ def instrument() -> None:
 
 def load(directory: Path, sources: Path | None):
     if sources is not None:
-        names = ("exact.c", "exact_amx.c", "ops.c")
+        names = ("exact.c", "exact_vnni.c", "exact_amx.c", "ops.c")
         kernel.SOURCES = tuple(sources / name for name in names if (sources / name).is_file())
     lib = kernel.library()
     cfg = json.loads((directory / "config.json").read_text())

@@ -21,7 +21,7 @@ from test_exact_recipes import random_blocks
 from node.model.exact.blocks import TYPES, decode, matmul
 
 EXACT = Path(__file__).resolve().parents[1] / "node" / "model" / "exact"
-SOURCES = [str(EXACT / "exact.c"), str(EXACT / "exact_amx.c")]
+SOURCES = [str(EXACT / name) for name in ("exact.c", "exact_vnni.c", "exact_amx.c")]
 CODES = {"Q8_0": 0, "Q5_0": 1, "Q4_K": 2, "Q6_K": 3}
 VNNI = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
 AMX = ("amx_tile", "amx_int8")

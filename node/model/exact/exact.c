@@ -269,7 +269,7 @@ enum { ROW_CHUNK = 64 }; /* rows whose accumulators stay on the stack while a ti
 /* Q4_K's 12 packed scale bytes -> sc_0..7 (one byte each) and m_0..7, by §2's formula on 4 bytes at
  * once: bytes 0-3 hold sc_0..3 (low 6 bits) and the top bits of sc_4..7, 4-7 m_0..3 and the top bits of
  * m_4..7, 8-11 the low 4 bits of sc_4..7 (low nibble) and of m_4..7 (high nibble). */
-static void q4_K_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
+void ex_q4_K_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn) { /* also exact_amx.c's */
     uint32_t u0, u1, u2;
     memcpy(&u0, s, 4), memcpy(&u1, s + 4, 4), memcpy(&u2, s + 8, 4);
     uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
@@ -312,8 +312,11 @@ static inline void prefetch_next(const uint8_t *next, size_t len, const uint8_t 
     }
 #endif
 
-/* ---- AVX-512 (F, BW, VL) with VNNI: 16 columns a tile ---- */
+/* ---- AVX-512 (F, BW, VL) with VNNI: 16 columns a tile. Q8_0 and Q5_0 here; Q4_K and Q6_K in
+ * exact_vnni.c, whose lanes are the columns from the start (no tree per row: faster for every width). */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+void ex_vnni_lanes_product(int type, const uint8_t *w, int n, int k, const int8_t *q, const float *dx,
+                           const int16_t *sums, int m, float *out); /* exact_vnni.c */
 
 /* The transposing tree: 16 registers of 16 int32 partial sums (one register a column) -> one register
  * whose lane c is the sum of register c's lanes. Levels 1-3 only add lanes of the same 256-bit half, so
@@ -334,12 +337,6 @@ static inline void tree16_halves(const __m512i v[16], __m512i *y0, __m512i *y1) 
     *y0 = tree_quarters(u[0], u[1]); /* columns 0-3 (half 0), 0-3 (half 1), 4-7 (half 0), 4-7 (half 1) */
     *y1 = tree_quarters(u[2], u[3]); /* the same for columns 8-15 */
 }
-static inline __m512i tree16(const __m512i v[16]) {
-    __m512i y0, y1;
-    tree16_halves(v, &y0, &y1);
-    return tree_quarters(y0, y1);
-}
-
 /* 16 binary16 values at byte offset `at` of each column's block -> binary32 (vcvtph2ps: exact). `off`
  * holds each column's byte offset from `base`; a 32-bit gather whose low half (or high half) is the
  * value keeps every read inside the block. */
@@ -347,170 +344,6 @@ static inline __m512 gather_half(const uint8_t *base, __m512i off, int at, int h
     __m512i v = _mm512_i32gather_epi32(off, base + at, 1);
     if (high) v = _mm512_srli_epi32(v, 16);
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
-}
-
-/* -- Q4_K. One 512-bit register of nibbles must hold ONE sub-block per lane position across the two
- * registers that vpdpbusd accumulates, so that a lane's sum has a single scale: the 128 qs bytes are
- * regrouped by 128-bit quarters, R0 = qs[0-15, 32-47, 64-79, 96-111] and R1 = the other quarters; then
- * quarter t of R0's and R1's low nibbles is sub-block 2t and of their high nibbles 2t + 1. A lane of
- * dpbusd(R0lo) + dpbusd(R1lo) sums 8 products q·x with q <= 15, |x| <= 127: |lane| <= 15240 < 2^15, so
- * vpackssdw packs the low and high accumulators to int16 without saturating, and one vpmaddwd against
- * the sub-blocks' 6-bit scales (<= 63) gives exact int32 (2·15240·63 < 2^31). */
-typedef struct {
-    __m512i w[16][4]; /* per column: R0 low, R0 high, R1 low, R1 high nibbles (u8, 0..15) */
-    __m512i sc[16];   /* per column: int16, quarter t = sc_2t four times then sc_2t+1 four times */
-    __m512i mins[4];  /* lane c: column c's (m_2p, m_2p+1) as two int16, p = 0..3 */
-    __m512 d, dmin;
-} tile_q4_K_vnni;
-
-/* The 16 columns' 16-byte block heads (d, dmin, the 12 scale bytes) by four gathers, and their scales
- * and mins decoded for all 16 columns at once (q4_K_scales's formula, lane c = column c). */
-static inline void heads_q4_K_vnni(const uint8_t *blk0, const int32_t *offs, tile_q4_K_vnni *t, uint64_t sc8[16]) {
-    const __m512i six = _mm512_set1_epi32(0x3f3f3f3f), four = _mm512_set1_epi32(0x0f0f0f0f);
-    const __m512i two = _mm512_set1_epi32(0x03030303);
-    __m512i off = _mm512_loadu_si512(offs);
-    __m512i dd = _mm512_i32gather_epi32(off, blk0, 1), u0 = _mm512_i32gather_epi32(off, blk0 + 4, 1);
-    __m512i u1 = _mm512_i32gather_epi32(off, blk0 + 8, 1), u2 = _mm512_i32gather_epi32(off, blk0 + 12, 1);
-    t->d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
-    t->dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
-    __m512i sc_lo = _mm512_and_si512(u0, six), m_lo = _mm512_and_si512(u1, six);
-    __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(u2, four),
-                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), two), 4));
-    __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), four),
-                                   _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), two), 4));
-    /* mins[p] lane c: bytes 2p, 2p + 1 of column c's m_0..7 widened to two int16 */
-    const __m512i lo2 = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1));
-    const __m512i hi2 = _mm512_add_epi8(lo2, _mm512_set1_epi32(0x00020002)); /* the bytes 2, 3 of each lane */
-    t->mins[0] = _mm512_shuffle_epi8(m_lo, lo2), t->mins[1] = _mm512_shuffle_epi8(m_lo, hi2);
-    t->mins[2] = _mm512_shuffle_epi8(m_hi, lo2), t->mins[3] = _mm512_shuffle_epi8(m_hi, hi2);
-    /* sc8[c] = column c's sc_0..7, one byte each: columns (0, 1, 4, 5, ...) then (2, 3, 6, 7, ...) */
-    __m512i a = _mm512_unpacklo_epi32(sc_lo, sc_hi), b = _mm512_unpackhi_epi32(sc_lo, sc_hi);
-    _mm512_storeu_si512(sc8, _mm512_permutex2var_epi64(a, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), b));
-    _mm512_storeu_si512(sc8 + 8, _mm512_permutex2var_epi64(a, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), b));
-}
-
-static inline void unpack_q4_K_vnni(const uint8_t *base, const int32_t *offs, int b, tile_q4_K_vnni *t) {
-    const __m512i low = _mm512_set1_epi8(15);
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, /* quarters 0, 1 */
-                                            4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7); /* 2, 3 */
-    const uint8_t *blk0 = base + (size_t)b * sizeof(block_q4_K);
-    uint64_t sc8[16];
-    heads_q4_K_vnni(blk0, offs, t, sc8);
-    for (int c = 0; c < 16; c++) {
-        const block_q4_K *blk = (const block_q4_K *)(blk0 + offs[c]);
-        __m512i l0 = _mm512_loadu_si512(blk->qs), l1 = _mm512_loadu_si512(blk->qs + 64);
-        __m512i r0 = _mm512_shuffle_i64x2(l0, l1, 0x88), r1 = _mm512_shuffle_i64x2(l0, l1, 0xdd);
-        t->w[c][0] = _mm512_and_si512(r0, low), t->w[c][1] = _mm512_and_si512(_mm512_srli_epi16(r0, 4), low);
-        t->w[c][2] = _mm512_and_si512(r1, low), t->w[c][3] = _mm512_and_si512(_mm512_srli_epi16(r1, 4), low);
-        t->sc[c] = _mm512_cvtepu8_epi16(_mm256_shuffle_epi8(_mm256_set1_epi64x((long long)sc8[c]), spread));
-    }
-}
-
-/* The activations of every row of the pass put once in the weights' order (in place, after §3's
- * sums were taken): quarter t of R0 low <-> x[64t .. 64t + 15], etc. (see unpack_q4_K_vnni) */
-static void order_x_q4_K_vnni(int8_t *q, size_t values) {
-    for (size_t at = 0; at < values; at += QK_K) {
-        __m512i x0 = _mm512_loadu_si512(q + at), x1 = _mm512_loadu_si512(q + at + 64);
-        __m512i x2 = _mm512_loadu_si512(q + at + 128), x3 = _mm512_loadu_si512(q + at + 192);
-        __m512i a = _mm512_shuffle_i64x2(x0, x1, 0x88), bq = _mm512_shuffle_i64x2(x2, x3, 0x88);
-        __m512i c = _mm512_shuffle_i64x2(x0, x1, 0xdd), dq = _mm512_shuffle_i64x2(x2, x3, 0xdd);
-        _mm512_storeu_si512(q + at, _mm512_shuffle_i64x2(a, bq, 0x88));
-        _mm512_storeu_si512(q + at + 64, _mm512_shuffle_i64x2(a, bq, 0xdd));
-        _mm512_storeu_si512(q + at + 128, _mm512_shuffle_i64x2(c, dq, 0x88));
-        _mm512_storeu_si512(q + at + 192, _mm512_shuffle_i64x2(c, dq, 0xdd));
-    }
-}
-
-static inline __m512 row_q4_K_vnni(const tile_q4_K_vnni *t, const int8_t *x, const int16_t *bs32, float dx,
-                                   __m512 acc) {
-    __m512i r0lo = _mm512_loadu_si512(x), r0hi = _mm512_loadu_si512(x + 64);
-    __m512i r1lo = _mm512_loadu_si512(x + 128), r1hi = _mm512_loadu_si512(x + 192);
-    __m512i v[16];
-    for (int j = 0; j < 16; j++) {
-        const __m512i zero = _mm512_setzero_si512();
-        __m512i lo = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, t->w[j][0], r0lo), t->w[j][2], r1lo);
-        __m512i hi = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, t->w[j][1], r0hi), t->w[j][3], r1hi);
-        v[j] = _mm512_madd_epi16(_mm512_packs_epi32(lo, hi), t->sc[j]);
-    }
-    __m512i ai = tree16(v);
-    /* B = Σ_j m_j · bsum32_j: |bsum32| <= 4064 and m <= 63 are int16 pairs for vpmaddwd */
-    int32_t pair[4];
-    memcpy(pair, bs32, 16);
-    __m512i bi = _mm512_madd_epi16(t->mins[0], _mm512_set1_epi32(pair[0]));
-    for (int p = 1; p < 4; p++) bi = _mm512_dpwssd_epi32(bi, t->mins[p], _mm512_set1_epi32(pair[p]));
-    __m512 vdx = _mm512_set1_ps(dx);
-    __m512 cb = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(vdx, t->d), _mm512_cvtepi32_ps(ai)),
-                              _mm512_mul_ps(_mm512_mul_ps(vdx, t->dmin), _mm512_cvtepi32_ps(bi)));
-    return _mm512_add_ps(acc, cb);
-}
-
-/* -- Q6_K. Unpacked per §2 to q in 0..63 (u8): register 2c + h holds weights 128c + 64h .. + 63, i.e.
- * its quarter t is sub-block 8c + 4h + t, and the activations stay in their natural order. A dpbusd lane
- * sums 4 products, |lane| <= 4·63·127 = 32004 < 2^15: vpackssdw packs two registers' lanes to int16
- * exactly and vpmaddwd applies the signed scales (|sc| <= 128). The −32 of (q − 32) is taken out after the tree,
- * for 16 columns at once: A = Σ_j sc_j Σ q·x − 32·C, C = Σ_j sc_j·bsum16_j by vpmaddwd on int16 pairs
- * (sc_2p, sc_2p+1) of each column against the row's (bsum16_2p, bsum16_2p+1); |C| <= 16·128·2032 < 2^22,
- * so 32·C and the difference stay inside int32 (|A| < 2^31, §4). */
-typedef struct {
-    __m512i w[16][4]; /* per column: q of weights 0-63, 64-127, 128-191, 192-255 */
-    __m512i s01[16];  /* int16, quarter t: sc_t ×4 then sc_4+t ×4 (pairs with w[0], w[1]) */
-    __m512i s23[16];  /* the same for sc_8+t, sc_12+t (w[2], w[3]) */
-    __m512i pairs[8]; /* lane c: column c's (sc_2p, sc_2p+1) as int16, p = 0..7 */
-    __m512 d;
-} tile_q6_K_vnni;
-
-static inline void unpack_q6_K_vnni(const uint8_t *base, const int32_t *offs, int b, tile_q6_K_vnni *t) {
-    const __m512i low = _mm512_set1_epi8(15), top = _mm512_set1_epi8(0x30);
-    const __m256i s01 = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 1, 1, 1, 1, 5, 5, 5, 5, /* quarters 0, 1 */
-                                         2, 2, 2, 2, 6, 6, 6, 6, 3, 3, 3, 3, 7, 7, 7, 7); /* 2, 3 */
-    const __m256i s23 = _mm256_add_epi8(s01, _mm256_set1_epi8(8));
-    const uint8_t *blk0 = base + (size_t)b * sizeof(block_q6_K);
-    for (int c = 0; c < 16; c++) {
-        const block_q6_K *blk = (const block_q6_K *)(blk0 + offs[c]);
-        for (int h = 0; h < 2; h++) { /* ql[64h .. 64h + 63] and qh[32h .. 32h + 31]: weights 128h .. +127 */
-            __m512i ql = _mm512_loadu_si512(blk->ql + 64 * h);
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk->qh + 32 * h));
-            /* g: qh in the low half (s = 0, 2), qh >> 2 in the high half (s = 1, 3) */
-            __m512i g = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-            __m512i lo = _mm512_or_si512(_mm512_and_si512(ql, low), _mm512_and_si512(_mm512_slli_epi16(g, 4), top));
-            __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low), _mm512_and_si512(g, top));
-            t->w[c][2 * h] = lo, t->w[c][2 * h + 1] = hi;
-        }
-        __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)blk->scales));
-        t->s01[c] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc, s01));
-        t->s23[c] = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(sc, s23));
-    }
-    __m512i off = _mm512_loadu_si512(offs);
-    t->d = gather_half(blk0, off, 206, 1);
-    /* each byte of a gathered dword of scales to the high byte of an int16, then >> 8: sign-extended */
-    const __m512i even = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, 0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13));
-    const __m512i odd = _mm512_add_epi8(even, _mm512_set1_epi32(0x02000200));
-    for (int q = 0; q < 4; q++) { /* scales 4q .. 4q + 3 */
-        __m512i g = _mm512_i32gather_epi32(off, blk0 + 192 + 4 * q, 1);
-        t->pairs[2 * q] = _mm512_srai_epi16(_mm512_shuffle_epi8(g, even), 8);
-        t->pairs[2 * q + 1] = _mm512_srai_epi16(_mm512_shuffle_epi8(g, odd), 8);
-    }
-}
-
-static inline __m512 row_q6_K_vnni(const tile_q6_K_vnni *t, const int8_t *x, const int16_t *bs16, float dx,
-                                   __m512 acc) {
-    __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 64);
-    __m512i x2 = _mm512_loadu_si512(x + 128), x3 = _mm512_loadu_si512(x + 192);
-    __m512i v[16];
-    for (int j = 0; j < 16; j++) {
-        const __m512i zero = _mm512_setzero_si512();
-        __m512i p0 = _mm512_dpbusd_epi32(zero, t->w[j][0], x0), p1 = _mm512_dpbusd_epi32(zero, t->w[j][1], x1);
-        __m512i p2 = _mm512_dpbusd_epi32(zero, t->w[j][2], x2), p3 = _mm512_dpbusd_epi32(zero, t->w[j][3], x3);
-        __m512i s = _mm512_madd_epi16(_mm512_packs_epi32(p0, p1), t->s01[j]);
-        v[j] = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(p2, p3), t->s23[j]);
-    }
-    int32_t bs[8];
-    memcpy(bs, bs16, 32);
-    __m512i corr = _mm512_madd_epi16(t->pairs[0], _mm512_set1_epi32(bs[0]));
-    for (int p = 1; p < 8; p++) corr = _mm512_dpwssd_epi32(corr, t->pairs[p], _mm512_set1_epi32(bs[p]));
-    __m512i ai = _mm512_sub_epi32(tree16(v), _mm512_slli_epi32(corr, 5));
-    __m512 cb = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dx), t->d), _mm512_cvtepi32_ps(ai));
-    return _mm512_add_ps(acc, cb);
 }
 
 /* -- Q8_0 and Q5_0: 32 weights a block, so one register holds two consecutive blocks of a column (lanes
@@ -578,29 +411,6 @@ static inline void store16(float *out, int cols, __m512 v) {
 }
 #define SWEEP_VNNI(UNPACK, ROW) SWEEP(16, __m512, _mm512_setzero_ps(), store16, UNPACK, ROW)
 
-static void matmul_q4_K_vnni(const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
-    enum { STEP = 1 };
-    int blocks = k / QK_K;
-    size_t row_bytes = (size_t)blocks * sizeof(block_q4_K);
-    tile_q4_K_vnni t;
-    order_x_q4_K_vnni(p->q, (size_t)m * k);
-    SWEEP_VNNI(unpack_q4_K_vnni(base, offs, b, &t),
-               row_q4_K_vnni(&t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_K,
-                             p->bsums + ((size_t)(r0 + r) * k + (size_t)b * QK_K) / 32,
-                             p->dx[(size_t)(r0 + r) * blocks + b], acc[r]))
-}
-
-static void matmul_q6_K_vnni(const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
-    enum { STEP = 1 };
-    int blocks = k / QK_K;
-    size_t row_bytes = (size_t)blocks * sizeof(block_q6_K);
-    tile_q6_K_vnni t;
-    SWEEP_VNNI(unpack_q6_K_vnni(base, offs, b, &t),
-               row_q6_K_vnni(&t, p->q + (size_t)(r0 + r) * k + (size_t)b * QK_K,
-                             p->bsums16 + ((size_t)(r0 + r) * k + (size_t)b * QK_K) / 16,
-                             p->dx[(size_t)(r0 + r) * blocks + b], acc[r]))
-}
-
 static void matmul_q0_vnni(int type, const uint8_t *w, int n, int k, const prepared *p, int m, float *out) {
     enum { STEP = 2 };
     int blocks = k / QK_0;
@@ -619,8 +429,8 @@ int ex_matmul_vnni(int type, const uint8_t *w, int n, int k, const float *x, int
     int rc = prepare_rows(x, m, k, block, scratch, &p, 1);
     if (rc) return rc;
     switch (type) {
-    case EX_Q4_K: matmul_q4_K_vnni(w, n, k, &p, m, out); break;
-    case EX_Q6_K: matmul_q6_K_vnni(w, n, k, &p, m, out); break;
+    case EX_Q4_K: ex_vnni_lanes_product(type, w, n, k, p.q, p.dx, p.bsums, m, out); break;
+    case EX_Q6_K: ex_vnni_lanes_product(type, w, n, k, p.q, p.dx, p.bsums16, m, out); break;
     default: matmul_q0_vnni(type, w, n, k, &p, m, out); break;
     }
     return EX_OK;
@@ -686,7 +496,7 @@ static inline void unpack_q4_K_avx2(const uint8_t *base, const int32_t *offs, in
             t->w[c][2 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
         }
         uint64_t sc, mn;
-        q4_K_scales(blk->scales, &sc, &mn);
+        ex_q4_K_scales(blk->scales, &sc, &mn);
         for (int j = 0; j < 8; j++) t->sc[c][j] = (int16_t)((sc >> 8 * j) & 0xff);
         for (int p = 0; p < 4; p++) mins[p][c] = (int32_t)(((mn >> 16 * p) & 0xff) | ((mn >> (16 * p + 8)) & 0xff) << 16);
     }

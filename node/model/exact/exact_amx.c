@@ -152,16 +152,8 @@ static void halves16(const uint16_t *h, float *out) {
  * sub-block j sits at Q4_K_AT[j]. */
 static const int Q4_K_AT[8] = {0, 64, 32, 96, 128, 192, 160, 224};
 
-/* Q4_K's 12 scale bytes -> sc_0..7 and m_0..7, a byte each (exact.c's q4_K_scales: §2's formula on four
- * bytes at once) */
-static void q4_K_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
-    uint32_t u0, u1, u2;
-    memcpy(&u0, s, 4), memcpy(&u1, s + 4, 4), memcpy(&u2, s + 8, 4);
-    uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
-    uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-    uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-    *sc = sc_lo | (uint64_t)sc_hi << 32, *mn = m_lo | (uint64_t)m_hi << 32;
-}
+/* Q4_K's 12 scale bytes -> sc_0..7 and m_0..7, a byte each (§2's formula on four bytes at once) */
+void ex_q4_K_scales(const uint8_t *s, uint64_t *sc, uint64_t *mn); /* exact.c */
 
 static void unpack_q4_K(const uint8_t *blk0, size_t row_bytes, int cols, amx_tile *t) {
     const __m512i low = _mm512_set1_epi8(15);
@@ -174,7 +166,7 @@ static void unpack_q4_K(const uint8_t *blk0, size_t row_bytes, int cols, amx_til
             _mm512_store_si512(t->w[c] + 128 * h + 64, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low));
         }
         uint64_t sc, mn;
-        q4_K_scales(blk->scales, &sc, &mn);
+        ex_q4_K_scales(blk->scales, &sc, &mn);
         _mm256_storeu_si256((__m256i *)t->sc[c], _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
         _mm_storeu_si128((__m128i *)t->pair[c], _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn)));
         d[c] = blk->d, dmin[c] = blk->dmin;

@@ -1,7 +1,8 @@
-"""The exact arithmetic's C kernel (exact.c: the block products; exact_amx.c: their AMX path for wide
-passes; ops.c: everything else), compiled with the system C compiler on first use into
-``.cache/models/kernels``, and its products on the fastest path this CPU has for the pass's width
-(AMX from ``AMX_MIN_ROWS`` rows, else AVX-512 VNNI, else AVX2: the same bits, tests/test_exact_kernel.py).
+"""The exact arithmetic's C kernel (exact.c: the block products; exact_vnni.c: their AVX-512 VNNI path
+for Q4_K and Q6_K; exact_amx.c: their AMX path for wide passes; ops.c: everything else), compiled with
+the system C compiler on first use into ``.cache/models/kernels``, and its products on the fastest path
+this CPU has for the pass's width (AMX from ``AMX_MIN_ROWS`` rows, else AVX-512 VNNI, else AVX2: the
+same bits, tests/test_exact_kernel.py).
 
 ``SPECMARKET_KERNEL_ISA`` forces a path on a CPU that has more: ``avx2`` (no AVX-512), ``vnni`` (no
 AMX), ``amx`` (AMX at every width, for tests and benchmarks).
@@ -28,7 +29,7 @@ from verifier.errors import SpecmarketError
 
 log = logging.getLogger(__name__)
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("exact.c", "exact_amx.c", "ops.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("exact.c", "exact_vnni.c", "exact_amx.c", "ops.c"))
 BASE_FLAGS = ("-O3", "-std=c11", "-ffp-contract=off", "-mavx2", "-fPIC", "-shared")
 VNNI_FLAGS = ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni")
 VNNI_CPU_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
