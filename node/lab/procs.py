@@ -93,6 +93,16 @@ class NodeProcess:
                 self.proc.wait()
         return self.proc.returncode
 
+    def join(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """Wait for an exit already asked for, without a second signal (a node that has begun
+        winding down is killed by a second SIGTERM, as by a second Ctrl-C); SIGKILL after
+        ``timeout_s``."""
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        return self.proc.returncode
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
