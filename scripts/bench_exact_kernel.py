@@ -66,7 +66,8 @@ def build(tmp: Path, sources: Path, tag: str) -> tuple[ctypes.CDLL, list[str]]:
     amx = vnni and all(f in cpu_flags() for f in AMX) and (sources / "exact_amx.c").is_file()
     flags = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"] if vnni else []
     flags += ["-mamx-tile", "-mamx-int8"] if amx else []
-    files = [str(sources / name) for name in ("exact.c", "exact_vnni.c", "exact_amx.c") if (sources / name).is_file()]
+    names = ("exact.c", "exact_vnni.c", "exact_amx.c", "exact_pack.c")
+    files = [str(sources / name) for name in names if (sources / name).is_file()]
     out = tmp / f"{tag}.so"
     cmd = ["cc", "-O3", "-std=c11", "-ffp-contract=off", "-mavx2", *flags, "-fPIC", "-shared"]
     subprocess.run([*cmd, "-o", str(out), *files, "-lm"], check=True)
@@ -75,6 +76,13 @@ def build(tmp: Path, sources: Path, tag: str) -> tuple[ctypes.CDLL, list[str]]:
     paths = ["ref", "avx2"] + (["vnni"] if vnni else []) + (["amx"] if amx and lib.ex_amx_enable() == 0 else [])
     for path in paths:
         getattr(lib, f"ex_matmul_{path}").argtypes = ARGS
+    if hasattr(lib, "ex_pack"):  # the products on matrices repacked at load (exact_pack.c)
+        paths += [f"packed_{p}" for p in paths if p in ("vnni", "amx")]
+        for path in paths:
+            if path.startswith("packed_"):
+                getattr(lib, f"ex_matmul_{path}").argtypes = [*ARGS[:7], ctypes.c_int, ctypes.c_void_p]
+        lib.ex_packed_bytes.restype, lib.ex_packed_bytes.argtypes = ctypes.c_size_t, [ctypes.c_int] * 3
+        lib.ex_pack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     return lib, paths
 
 
@@ -83,6 +91,12 @@ def median_ms(lib, path: str, code: int, raw: np.ndarray, n: int, k: int, x: np.
     scratch = np.empty(lib.ex_scratch_bytes(x.shape[0], k), np.uint8)
     fn = getattr(lib, f"ex_matmul_{path}")
     args = (code, raw.ctypes.data, n, k, x.ctypes.data, x.shape[0], out.ctypes.data, scratch.ctypes.data)
+    if path.startswith("packed_"):
+        size = lib.ex_packed_bytes(code, n, k)
+        buf = np.empty(size + 64, np.uint8)
+        packed = buf[-buf.ctypes.data % 64 :][:size]
+        assert lib.ex_pack(code, raw.ctypes.data, n, k, packed.ctypes.data) == 0
+        args = (code, packed.ctypes.data, n, k, x.ctypes.data, x.shape[0], out.ctypes.data, n, scratch.ctypes.data)
     times = []
     for _ in range(repeat):
         start = time.perf_counter()

@@ -3,16 +3,19 @@
 weights stream from memory as in a forward pass, not from cache as in scripts/bench_exact_kernel.py.
 
     .venv/bin/python scripts/exact_bench_model_matrices.py --gguf .cache/models/.../model.gguf \
-        [--rows 1,7,28,64] [--sources DIR ...] [--paths vnni,amx] [--repeat 3]
+        [--rows 1,7,28,64] [--sources DIR ...] [--paths vnni,packed,amx,packed_amx] [--repeat 3]
 
 Each --sources DIR (a saved copy of exact.c, e.g. the code before a change) is built and timed in
 the same run, side by side; the numbers are ms per product (the median over the tensors and repeats).
+The paths packed and packed_amx time the products on the matrices repacked as the model does at load
+(exact_pack.c: ex_pack once per tensor, outside the timing), the others read the GGUF's blocks.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import mmap
 import statistics
 import subprocess
 import sys
@@ -53,9 +56,23 @@ def build(sources: Path, tmp: Path, tag: str) -> ctypes.CDLL:
     subprocess.run([*cmd, *files, "-lm"], check=True)
     lib = ctypes.CDLL(str(out))
     lib.ex_scratch_bytes.restype, lib.ex_scratch_bytes.argtypes = ctypes.c_size_t, [ctypes.c_int] * 2
+    if hasattr(lib, "ex_pack"):
+        lib.ex_packed_bytes.restype, lib.ex_packed_bytes.argtypes = ctypes.c_size_t, [ctypes.c_int] * 3
+        lib.ex_pack.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     if hasattr(lib, "ex_amx_enable") and lib.ex_amx_enable() != 0:
         raise SystemExit("Linux refused the AMX tile state")
     return lib
+
+
+def pack(lib: ctypes.CDLL, tensor) -> np.ndarray:
+    """The tensor in exact_pack.c's layout, in memory like the model's arena's"""
+    code, n, k = CODES[tensor.tensor_type.name], int(tensor.shape[1]), int(tensor.shape[0])
+    size = lib.ex_packed_bytes(code, n, k)
+    area = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # page-aligned
+    area.madvise(mmap.MADV_HUGEPAGE)  # as kernel.PackedArena's (streams through 4 KB pages miss the TLB)
+    out = np.frombuffer(area, np.uint8)
+    assert lib.ex_pack(code, tensor.data.ctypes.data, n, k, out.ctypes.data) == 0
+    return out
 
 
 def main() -> None:
@@ -85,7 +102,9 @@ def main() -> None:
                         fn = getattr(lib, f"ex_matmul_{path}", None)
                         if fn is None:
                             continue
-                        fn.argtypes = ARGS
+                        packed = path.startswith("packed")
+                        fn.argtypes = [*ARGS[:7], ctypes.c_int, ctypes.c_void_p] if packed else ARGS
+                        copies = {t.name: pack(lib, t) for t in tensors} if packed else {}
                         times = []
                         for rep in range(args.repeat + 1):  # the first touches the map's pages
                             for t in tensors:
@@ -93,9 +112,11 @@ def main() -> None:
                                 xx = x if kk == k else (rng.standard_normal((rows, kk)) * 2).astype(np.float32)
                                 out = np.empty((rows, n), np.float32)
                                 scratch = np.empty(lib.ex_scratch_bytes(rows, kk), np.uint8)
+                                w = copies[t.name].ctypes.data if packed else t.data.ctypes.data
+                                tail = (n, scratch.ctypes.data) if packed else (scratch.ctypes.data,)
                                 start = time.perf_counter()
-                                rc = fn(CODES[t.tensor_type.name], t.data.ctypes.data, n, kk, xx.ctypes.data, rows,
-                                        out.ctypes.data, scratch.ctypes.data)  # fmt: skip
+                                code = CODES[t.tensor_type.name]
+                                rc = fn(code, w, n, kk, xx.ctypes.data, rows, out.ctypes.data, *tail)
                                 if rep:
                                     times.append(time.perf_counter() - start)
                                 assert rc == 0

@@ -6,7 +6,8 @@ attention, SiLU, the embedding, the rest: Python and torch glue).
         [--context 512] [--rows 1,7,28] [--repeat 5] [--sources DIR]
 
 --sources DIR builds exact.c (exact_amx.c) and ops.c from DIR instead (a saved copy of earlier code), so that two
-versions can be compared on the same machine, one after the other, in one run of each.
+versions can be compared on the same machine, one after the other, in one run of each (the C must export what
+this tree's model.py calls; scripts/exact_ab.py compares two whole trees, C and Python, side by side).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def instrument() -> None:
 
 def load(directory: Path, sources: Path | None):
     if sources is not None:
-        names = ("exact.c", "exact_vnni.c", "exact_amx.c", "ops.c")
+        names = ("exact.c", "exact_vnni.c", "exact_amx.c", "exact_pack.c", "ops.c")
         kernel.SOURCES = tuple(sources / name for name in names if (sources / name).is_file())
     lib = kernel.library()
     cfg = json.loads((directory / "config.json").read_text())

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import torch
 from exact_models import TOKENIZER_DIR, write_seeded_gguf
+from test_exact_recipes import random_blocks
 
 from node.model.exact import ARITHMETIC_VERSION
+from node.model.exact.blocks import TYPES, decode, dequantize
 from node.model.exact.convert import write_exact
 from node.model.exact.kernel import BASE_FLAGS, compiled, library
 from node.model.exact.model import ExactLM, load_exact_lm
@@ -151,3 +153,20 @@ def test_the_real_targets_first_layers_are_the_reference_bit_for_bit_succeeds():
         for chunk in (REAL_PROMPT[:6], REAL_PROMPT[6:]):
             got = lm.extend(chunk)[:, :HEAD_ROWS]
             assert np.array_equal(bits(got), bits(ref.extend(chunk).numpy()))
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K"])
+def test_the_embedding_rows_are_the_reference_dequantization_succeeds(name):
+    """ops.c's ex_embed (the served embedding of a K-quant table) against blocks.py's §10 formulas, bit
+    for bit, on random blocks; an id outside the table is refused."""
+    lib, kind, rng = library(), TYPES[name], np.random.default_rng(21)
+    n, k = 40, 512
+    raw = random_blocks(kind, n, k, rng)
+    ids = torch.tensor([0, 39, 7, 7, 23], dtype=torch.int64)
+    out = torch.empty(len(ids), k)
+    code = {"Q4_K": 2, "Q6_K": 3}[name]
+    assert lib.ex_embed(code, raw.ctypes.data, n, k, ids.data_ptr(), len(ids), out.data_ptr()) == 0
+    want = dequantize(decode(torch.from_numpy(np.ascontiguousarray(raw[ids.numpy()])), kind, k))
+    assert np.array_equal(bits(out), bits(want))
+    bad = torch.tensor([3, n], dtype=torch.int64)
+    assert lib.ex_embed(code, raw.ctypes.data, n, k, bad.data_ptr(), 2, out.data_ptr()) == 2

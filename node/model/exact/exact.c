@@ -183,8 +183,8 @@ static size_t prepared_bytes(int m, int k) {
     defined(__AVX512VNNI__)
 #define EX_AMX 1
 size_t ex_amx_scratch_bytes(int m, int k); /* exact_amx.c */
-void ex_amx_product(int type, const uint8_t *w, int n, int k, const int8_t *q, const float *dx, const int16_t *sums,
-                    int m, float *out, void *scratch);
+void ex_amx_product(int type, const uint8_t *w, int packed, int n, int k, const int8_t *q, const float *dx,
+                    const int16_t *sums, int m, float *out, int ldo, void *scratch);
 #endif
 
 /* The scratch every path's product needs: the prepared rows, and after them the AMX path's layout */
@@ -200,13 +200,18 @@ typedef struct { int8_t *q; float *dx; int16_t *bsums, *bsums16; } prepared;
 
 /* §3 for every row of the pass into scratch (one preparation for every product path; `simd`: the
  * AVX-512 quantization where built, the same bits as the scalar one that the reference keeps) */
-static int prepare_rows(const float *x, int m, int k, int block, void *scratch, prepared *p, int simd) {
+static void place_rows(int m, int k, void *scratch, prepared *p) {
     size_t rows = (size_t)m, blocks = (size_t)(k / QK_0);
     char *at = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     p->q = (int8_t *)at;
     p->dx = (float *)(at += align64(rows * k));
     p->bsums = (int16_t *)(at += align64(rows * blocks * 4));
     p->bsums16 = (int16_t *)(at + align64(rows * blocks * 2));
+}
+
+static int prepare_rows(const float *x, int m, int k, int block, void *scratch, prepared *p, int simd) {
+    size_t rows = (size_t)m;
+    place_rows(m, k, scratch, p);
     for (int r = 0; r < m; r++) {
         const float *xr = x + (size_t)r * k;
         int8_t *qr = p->q + (size_t)r * k;
@@ -225,6 +230,20 @@ static int prepare_rows(const float *x, int m, int k, int block, void *scratch, 
     }
     for (size_t i = 0; i < rows * k / 32; i++) p->bsums[i] = (int16_t)(p->bsums16[2 * i] + p->bsums16[2 * i + 1]);
     return EX_OK;
+}
+
+/* The K-quants' preparation for exact_pack.c's products: the rows of x quantized into scratch (blocks
+ * of 256), or, where x is NULL, the rows a previous call prepared there (same m and k): q, k and v, or
+ * gate and up, quantize their common input once. */
+int ex_prepare_k(const float *x, int m, int k, void *scratch, int8_t **q, float **dx, int16_t **bs32,
+                 int16_t **bs16) {
+    if (k % QK_K || m < 0) return EX_BAD_SHAPE;
+    prepared p;
+    int rc = EX_OK;
+    if (x != NULL) rc = prepare_rows(x, m, k, QK_K, scratch, &p, 1);
+    else place_rows(m, k, scratch, &p);
+    *q = p.q, *dx = p.dx, *bs32 = p.bsums, *bs16 = p.bsums16;
+    return rc;
 }
 
 /* The scalar reference product: out [m, n] row-major; scratch of ex_scratch_bytes(m, k). */
@@ -315,8 +334,8 @@ static inline void prefetch_next(const uint8_t *next, size_t len, const uint8_t 
 /* ---- AVX-512 (F, BW, VL) with VNNI: 16 columns a tile. Q8_0 and Q5_0 here; Q4_K and Q6_K in
  * exact_vnni.c, whose lanes are the columns from the start (no tree per row: faster for every width). */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
-void ex_vnni_lanes_product(int type, const uint8_t *w, int n, int k, const int8_t *q, const float *dx,
-                           const int16_t *sums, int m, float *out); /* exact_vnni.c */
+void ex_vnni_lanes_product(int type, const uint8_t *w, int packed, int n, int k, const int8_t *q, const float *dx,
+                           const int16_t *sums, int m, float *out, int ldo); /* exact_vnni.c */
 
 /* The transposing tree: 16 registers of 16 int32 partial sums (one register a column) -> one register
  * whose lane c is the sum of register c's lanes. Levels 1-3 only add lanes of the same 256-bit half, so
@@ -429,8 +448,8 @@ int ex_matmul_vnni(int type, const uint8_t *w, int n, int k, const float *x, int
     int rc = prepare_rows(x, m, k, block, scratch, &p, 1);
     if (rc) return rc;
     switch (type) {
-    case EX_Q4_K: ex_vnni_lanes_product(type, w, n, k, p.q, p.dx, p.bsums, m, out); break;
-    case EX_Q6_K: ex_vnni_lanes_product(type, w, n, k, p.q, p.dx, p.bsums16, m, out); break;
+    case EX_Q4_K: ex_vnni_lanes_product(type, w, 0, n, k, p.q, p.dx, p.bsums, m, out, n); break;
+    case EX_Q6_K: ex_vnni_lanes_product(type, w, 0, n, k, p.q, p.dx, p.bsums16, m, out, n); break;
     default: matmul_q0_vnni(type, w, n, k, &p, m, out); break;
     }
     return EX_OK;
@@ -447,8 +466,8 @@ int ex_matmul_amx(int type, const uint8_t *w, int n, int k, const float *x, int 
     if (rc) return rc;
     void *layout = (char *)scratch + prepared_bytes(m, k);
     switch (type) {
-    case EX_Q4_K: ex_amx_product(type, w, n, k, p.q, p.dx, p.bsums, m, out, layout); break;
-    case EX_Q6_K: ex_amx_product(type, w, n, k, p.q, p.dx, p.bsums16, m, out, layout); break;
+    case EX_Q4_K: ex_amx_product(type, w, 0, n, k, p.q, p.dx, p.bsums, m, out, n, layout); break;
+    case EX_Q6_K: ex_amx_product(type, w, 0, n, k, p.q, p.dx, p.bsums16, m, out, n, layout); break;
     default: matmul_q0_vnni(type, w, n, k, &p, m, out); break;
     }
     return EX_OK;

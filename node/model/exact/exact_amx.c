@@ -35,6 +35,7 @@
 #define TILE_COLS 16 /* output columns a step unpacks (C's 16 rows) */
 #define CHUNK_GROUPS 16 /* groups whose accumulators stay on the stack while a column tile is swept */
 #define PREFETCH_ROW_BYTES 4096
+#define PACKED_AHEAD 8192 /* bytes: exact_vnni.c's PREFETCH_AHEAD */
 
 /* exact.c's block layouts (docs/exact-arithmetic.md §2) */
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } amx_block_q4_K;
@@ -252,7 +253,7 @@ static inline __m512 fold_q6_K(const amx_tile *t, int c, int32_t (*dots)[TILE_CO
     return _mm512_add_ps(acc, cb);
 }
 
-/* out[r][j0 + c] for the group's rows and the tile's columns: acc[c] lane r */
+/* out[r][j0 + c] for the group's rows and the tile's columns (rows n apart): acc[c] lane r */
 static void store_group(const __m512 *acc, int rows, int cols, float *out, int n) {
     float lanes[TILE_COLS][GROUP] __attribute__((aligned(64)));
     for (int c = 0; c < cols; c++) _mm512_store_ps(lanes[c], acc[c]);
@@ -260,13 +261,25 @@ static void store_group(const __m512 *acc, int rows, int cols, float *out, int n
         for (int c = 0; c < cols; c++) out[(size_t)r * n + c] = lanes[c][r];
 }
 
-/* The product for a Q4_K (type 2) or Q6_K (type 3) matrix w [n, k] and the pass's prepared levels q
- * [m, k], scales dx [m, k / 256] and sub-block sums (Q4_K: of 32, [m, k / 32]; Q6_K: of 16, [m, k / 16]);
- * scratch of ex_amx_scratch_bytes(m, k). The caller has had ex_amx_enable() succeed. */
-void ex_amx_product(int type, const uint8_t *w, int n, int k, const int8_t *q, const float *dx, const int16_t *sums,
-                    int m, float *out, void *scratch) {
+/* exact_vnni.c's packed layout: a tile-block's size, and one column's raw block back from it */
+size_t ex_tile_block_bytes(int type);
+void ex_unpack_column(int type, const uint8_t *tb, int c, uint8_t *blk);
+
+/* A packed tile-block -> the 16 columns' raw blocks, `bytes` apart (unpack_q4_K's and unpack_q6_K's input) */
+static void unpack_tile_block(int type, const uint8_t *tb, size_t bytes, uint8_t *blocks) {
+    for (int c = 0; c < TILE_COLS; c++) ex_unpack_column(type, tb, c, blocks + (size_t)c * bytes);
+}
+
+/* The product for a Q4_K (type 2) or Q6_K (type 3) matrix w [n, k] (raw GGUF blocks, or `packed` in
+ * exact_vnni.c's layout) and the pass's prepared levels q [m, k], scales dx [m, k / 256] and sub-block
+ * sums (Q4_K: of 32, [m, k / 32]; Q6_K: of 16, [m, k / 16]) -> out [m, n], rows `ldo` apart; scratch of
+ * ex_amx_scratch_bytes(m, k). The caller has had ex_amx_enable() succeed. */
+void ex_amx_product(int type, const uint8_t *w, int packed, int n, int k, const int8_t *q, const float *dx,
+                    const int16_t *sums, int m, float *out, int ldo, void *scratch) {
     int q4 = type == 2, k_sub = q4 ? 32 : 16, subs = QK_K / k_sub, blocks = k / QK_K;
     size_t block_bytes = q4 ? sizeof(amx_block_q4_K) : sizeof(amx_block_q6_K), row_bytes = blocks * block_bytes;
+    size_t tb_bytes = ex_tile_block_bytes(type);
+    uint8_t raw[TILE_COLS * sizeof(amx_block_q6_K)]; /* a packed tile-block's raw blocks, block_bytes apart */
     int at[16];
     for (int j = 0; j < subs; j++) at[j] = q4 ? Q4_K_AT[j] : 16 * j;
     amx_rows x;
@@ -282,15 +295,24 @@ void ex_amx_product(int type, const uint8_t *w, int n, int k, const int8_t *q, c
             int cols = n - j0 < TILE_COLS ? n - j0 : TILE_COLS;
             for (int g = 0; g < chunk; g++)
                 for (int c = 0; c < TILE_COLS; c++) acc[g][c] = _mm512_setzero_ps();
-            /* short rows: each step fetches its share of the next column tile into L2 (as exact.c's SWEEP) */
+            /* raw short rows: each step fetches its share of the next column tile into L2 (as exact.c's SWEEP);
+             * a packed matrix is one contiguous stream, fetched PACKED_AHEAD ahead (as exact_vnni.c does) */
             const uint8_t *next = w + (size_t)(j0 + TILE_COLS) * row_bytes, *end = w + (size_t)n * row_bytes;
-            size_t share = row_bytes < PREFETCH_ROW_BYTES ? TILE_COLS * block_bytes : 0;
+            size_t share = !packed && row_bytes < PREFETCH_ROW_BYTES ? TILE_COLS * block_bytes : 0;
             for (int b = 0; b < blocks; b++) {
                 const uint8_t *blk0 = w + (size_t)j0 * row_bytes + (size_t)b * block_bytes;
+                size_t stride = row_bytes;
                 for (const uint8_t *line = next + b * share; line < next + (b + 1) * share && line < end; line += 64)
                     _mm_prefetch((const char *)line, _MM_HINT_T1);
-                if (q4) unpack_q4_K(blk0, row_bytes, cols, &t);
-                else unpack_q6_K(blk0, row_bytes, cols, &t);
+                if (packed) { /* columns past n repeat the last in the packed tile, as cols asks */
+                    const uint8_t *tb = w + ((size_t)(j0 / TILE_COLS) * blocks + b) * tb_bytes;
+                    for (size_t line = 0; line < tb_bytes; line += 64)
+                        _mm_prefetch((const char *)tb + PACKED_AHEAD + line, _MM_HINT_T1);
+                    unpack_tile_block(type, tb, block_bytes, raw);
+                    blk0 = raw, stride = block_bytes;
+                }
+                if (q4) unpack_q4_K(blk0, stride, cols, &t);
+                else unpack_q6_K(blk0, stride, cols, &t);
                 for (int g = 0; g < chunk; g++) {
                     size_t gg = (size_t)(g0 + g);
                     const int8_t *xb = x.b + gg * x.b_stride + (size_t)b * QK_K * GROUP;
@@ -304,7 +326,7 @@ void ex_amx_product(int type, const uint8_t *w, int n, int k, const int8_t *q, c
             }
             for (int g = 0; g < chunk; g++) {
                 int r0 = (g0 + g) * GROUP, rows = m - r0 < GROUP ? m - r0 : GROUP;
-                store_group(acc[g], rows, cols, out + (size_t)r0 * n + j0, n);
+                store_group(acc[g], rows, cols, out + (size_t)r0 * ldo + j0, ldo);
             }
         }
     }

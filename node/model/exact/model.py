@@ -3,12 +3,14 @@ with docs/exact-arithmetic.md's operations, a ``verifier.LanguageModel`` like ev
 
 The directory (``convert.write_exact``) holds the GGUF as published, the RoPE tables made at
 conversion, ``config.json`` naming the arithmetic, and the tokenizer. The products read the GGUF's
-blocks in place from one memory map (no float16 copy is made); norms, RoPE, attention and SiLU run
-ops.c; the embedding's rows are dequantized by §10's formulas; the residual and bias additions are
-single binary32 additions. Every pass, prefill included, runs this one code path row by row, so a
-row's logits never depend on the pass width or on the other jobs of a batched pass, and the
-operator, plain decoding, a challenger and a referee compute the same bits
-(tests/test_exact_model.py checks them against node.model.exact.reference).
+blocks from one memory map (no float16 copy is made), or, where the CPU has AVX-512 VNNI, their copy
+repacked at load (kernel.PackedArena: the same blocks in exact_vnni.c's layout, instead of the map's
+pages, not beside them); norms, RoPE, the KV cache's writes, attention, SiLU and the embedding's rows
+(§10's formulas; other formats in torch) run ops.c; the residual and bias additions are single
+binary32 additions. Every pass, prefill included, runs this one code path row by row, so a row's
+logits never depend on the pass width or on the other jobs of a batched pass, and the operator,
+plain decoding, a challenger and a referee compute the same bits (tests/test_exact_model.py checks
+them against node.model.exact.reference).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 
 from node.model.exact import ARITHMETIC_KEY, ARITHMETIC_VERSION
 from node.model.exact.blocks import TYPES, Decoded, decode, dequantize
-from node.model.exact.kernel import matmul
+from node.model.exact.kernel import TYPE_CODES, PackedArena, Part, matmul_parts
 from node.model.kernels.llama import LeanLM
 from node.model.kernels.rows import RowLayout
 from node.model.packed import PackedModelError
@@ -44,15 +46,20 @@ class Matrix:
 
 
 class ExactLinear:
-    """x · Wᵀ for one matrix or several (q, k and v; their outputs side by side), each §3-4's product."""
+    """x · Wᵀ for one matrix or several (q, k and v; gate and up: their outputs side by side, their input
+    quantized once where they are packed), each §3-4's product."""
 
     def __init__(self, parts: Sequence[Matrix], lib: ctypes.CDLL) -> None:
         self.parts, self._lib = list(parts), lib
         self.out_features = sum(p.n for p in parts)
+        self.use([0] * len(self.parts))
+
+    def use(self, packed: Sequence[int]) -> None:
+        """Each part's packed copy from now on (its address; 0: the raw blocks only)."""
+        self._calls = [Part(p.kind, p.raw.ctypes.data, a, p.n, p.k) for p, a in zip(self.parts, packed, strict=True)]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:  # [M, k] -> [M, Σn]
-        outs = [matmul(self._lib, p.kind, p.raw.ctypes.data, p.n, p.k, x) for p in self.parts]
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+        return matmul_parts(self._lib, self._calls, x)
 
 
 class ExactRMSNorm:
@@ -78,10 +85,12 @@ class _ExactLayer:
         self.qkv = ExactLinear([gguf.matrix(b + f"attn_{x}.weight") for x in "qkv"], lib)
         self.qkv_bias = torch.cat([gguf.vector(b + f"attn_{x}.bias") for x in "qkv"])  # [q + 2 kv]
         self.o = ExactLinear([gguf.matrix(b + "attn_output.weight")], lib)
-        self.gate = ExactLinear([gguf.matrix(b + "ffn_gate.weight")], lib)
-        self.up = ExactLinear([gguf.matrix(b + "ffn_up.weight")], lib)
+        self.gate_up = ExactLinear([gguf.matrix(b + f"ffn_{x}.weight") for x in ("gate", "up")], lib)  # [M, 2 I]
         self.down = ExactLinear([gguf.matrix(b + "ffn_down.weight")], lib)
-        self.intermediate = self.gate.out_features
+        self.intermediate = self.gate_up.parts[0].n
+
+    def linears(self) -> list[ExactLinear]:
+        return [self.qkv, self.o, self.gate_up, self.down]
 
 
 class _Gguf:
@@ -124,17 +133,34 @@ class ExactWeights:
         self.heads, self.kv_heads = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"])
         self.head_dim = d // self.heads
         self.scale = float(torch.tensor(1.0) / torch.tensor(float(self.head_dim)).double().sqrt().float())  # §8
-        self._embed = gguf.matrix("token_embd.weight")
+        self._embed, self._lib = gguf.matrix("token_embd.weight"), lib
         self.layers = [_ExactLayer(gguf, i, eps, lib) for i in range(int(cfg["num_hidden_layers"]))]
         self.norm = ExactRMSNorm(gguf.vector("output_norm.weight"), eps, lib)
         self.head = ExactLinear([gguf.matrix("output.weight")], lib)
+        self._pack([linear for layer in self.layers for linear in layer.linears()] + [self.head], lib)
         self.cos, self.sin = _rope_tables(Path(directory) / files["rope"], int(cfg["max_position_embeddings"]), d)
         matrices = [t for t in gguf.tensors.values() if t.tensor_type.name in TYPES]
         self.parameter_count = sum(int(t.n_elements) for t in gguf.tensors.values())
         self.pass_bytes = sum(int(t.n_bytes) for t in matrices if t.name != "token_embd.weight")
 
+    def _pack(self, linears: list[ExactLinear], lib: ctypes.CDLL) -> None:
+        """Every K-quant matrix repacked once (where the kernel reads packed matrices), in one arena."""
+        matrices = [(p.kind, p.raw.ctypes.data, p.n, p.k, p.raw.nbytes) for linear in linears for p in linear.parts]
+        self.arena = PackedArena(lib, matrices)
+        at = 0
+        for linear in linears:
+            linear.use(self.arena.addresses[at : at + len(linear.parts)])
+            at += len(linear.parts)
+
     def embed(self, ids: torch.Tensor) -> torch.Tensor:  # [M] -> [M, d]: §10's dequantized rows
         e = self._embed
+        if e.kind in ("Q4_K", "Q6_K"):  # ops.c's, the same formulas
+            ids = ids.to(torch.int64).contiguous()
+            out = torch.empty(ids.shape[0], e.k)
+            code, raw = TYPE_CODES[e.kind], e.raw.ctypes.data
+            if self._lib.ex_embed(code, raw, e.n, e.k, ids.data_ptr(), len(ids), out.data_ptr()):
+                raise IndexError(f"a token id outside the embedding's {e.n} rows")
+            return out
         raw = torch.from_numpy(np.ascontiguousarray(e.raw[ids.numpy()]))
         dec: Decoded = decode(raw, TYPES[e.kind], e.k)
         return dequantize(dec)
@@ -163,27 +189,27 @@ class ExactLM(LeanLM):
         return ExactLM(self.weights, self.name, self._lib, self.vocab_size, self.max_positions, True)
 
     def mlp(self, layer: _ExactLayer, hidden: torch.Tensor) -> torch.Tensor:  # [M, d] -> [M, d]
-        h = layer.post_norm(hidden)
-        gate, up = layer.gate(h), layer.up(h)  # [M, I] each
-        gated = torch.empty_like(gate)
-        self._lib.ex_silu_mul(
-            gate.data_ptr(), up.data_ptr(), gated.data_ptr(), h.shape[0], layer.intermediate, layer.intermediate
-        )
+        width = layer.intermediate
+        gate_up = layer.gate_up(layer.post_norm(hidden))  # [M, 2 I]: gate then up
+        gated = gate_up.new_empty(gate_up.shape[0], width)
+        up = gate_up.data_ptr() + 4 * width  # binary32
+        self._lib.ex_silu_mul(gate_up.data_ptr(), up, gated.data_ptr(), gate_up.shape[0], width, 2 * width)
         return layer.down(gated)
 
     def attend(self, i, qkv, cos, sin, layout: RowLayout, scratch) -> torch.Tensor:  # qkv [M, q + 2 kv] -> [M, q]
         """Layer ``i``'s attention (§8-9): RoPE from the stored tables, the rows' keys and values into
         this cache, and each query row against what it sees of the cache."""
         w, rows, lib, start = self.weights, qkv.shape[0], self._lib, layout.start
-        q_size, kv_size = w.heads * w.head_dim, w.kv_heads * w.head_dim
+        q_size = w.heads * w.head_dim
         cos, sin = cos.contiguous(), sin.contiguous()
         lib.ex_rope(
             qkv.data_ptr(), qkv.stride(0), rows, w.heads + w.kv_heads, w.head_dim, cos.data_ptr(), sin.data_ptr()
         )
         keys, values = self._keys[i], self._values[i]  # [KV, capacity, hd]
-        k, v = qkv[:, q_size:].split(kv_size, dim=-1)
-        keys[:, start : start + rows] = k.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
-        values[:, start : start + rows] = v.view(rows, w.kv_heads, w.head_dim).transpose(0, 1)
+        lib.ex_store_kv(
+            qkv.data_ptr(), qkv.stride(0), rows, q_size, w.kv_heads, w.head_dim, keys.data_ptr(), values.data_ptr(),
+            keys.shape[1], start,
+        )  # fmt: skip
         out = qkv.new_empty(rows, q_size)
         tree = (None, None) if layout.is_chain else (layout.offsets.data_ptr(), layout.visible.data_ptr())
         lib.ex_attention(

@@ -110,6 +110,68 @@ void ex_rope(float *x, int row_stride, int rows, int heads, int head_dim, const 
     }
 }
 
+/* §10's embedding: rows `ids` of a Q4_K (type 2) or Q6_K (type 3) matrix [n, k] dequantized into out
+ * [rows, k]: Q4_K fl(fl(fl(d · sc_j) · q_i) − fl(dmin · m_j)), Q6_K fl(fl(d · sc_j) · f32(q_i − 32)), with
+ * §2's integers (exact.c's block layouts). 0, or 2 for another type, k or an id outside [0, n). */
+static float half_bits(const uint8_t *at) {
+    uint16_t h;
+    memcpy(&h, at, 2);
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | mant << 13);
+    if (exp != 0) return bits_to_float(sign | (exp + 112) << 23 | mant << 13);
+    float f = (float)mant * bits_to_float(0x33800000u); /* 2^-24: subnormal halves, exact */
+    return sign ? -f : f;
+}
+
+int ex_embed(int type, const uint8_t *w, int n, int k, const int64_t *ids, int rows, float *out) {
+    if ((type != 2 && type != 3) || k % 256) return 2;
+    for (int r = 0; r < rows; r++)
+        if (ids[r] < 0 || ids[r] >= n) return 2;
+    size_t bytes = type == 2 ? 144 : 210, blocks = (size_t)k / 256;
+    for (int r = 0; r < rows; r++)
+        for (size_t b = 0; b < blocks; b++) {
+            const uint8_t *blk = w + ((size_t)ids[r] * blocks + b) * bytes;
+            float *o = out + (size_t)r * k + 256 * b;
+            if (type == 2) {
+                const uint8_t *s = blk + 4, *qs = blk + 16;
+                float d = half_bits(blk), dmin = half_bits(blk + 2);
+                for (int j = 0; j < 8; j++) {
+                    int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+                    int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+                    float scale = d * (float)sc, min = dmin * (float)m;
+                    const uint8_t *chunk = qs + 32 * (j / 2);
+                    for (int l = 0; l < 32; l++) o[32 * j + l] = scale * (float)((chunk[l] >> 4 * (j % 2)) & 15) - min;
+                }
+            } else {
+                const uint8_t *ql = blk, *qh = blk + 128;
+                const int8_t *sc = (const int8_t *)(blk + 192);
+                float d = half_bits(blk + 208);
+                for (int i = 0; i < 256; i++) {
+                    int c = i / 128, p = (i % 128) / 32, l = i % 32;
+                    int low = (ql[64 * c + 32 * (p & 1) + l] >> 4 * (p >> 1)) & 15, high = (qh[32 * c + l] >> 2 * p) & 3;
+                    int q = low | high << 4;
+                    o[i] = (d * (float)sc[i / 16]) * (float)(q - 32);
+                }
+            }
+        }
+    return 0;
+}
+
+/* The pass's keys and values (each row's kv_heads heads after its q_size query values in qkv, keys then
+ * values) into the caches [kv_heads, capacity, head_dim] at positions start, start + 1, ...: copies, in
+ * one call rather than a few torch slicing ops per layer. */
+void ex_store_kv(const float *qkv, int row_stride, int rows, int q_size, int kv_heads, int head_dim, float *keys,
+                 float *values, int capacity, int start) {
+    size_t kv_size = (size_t)kv_heads * head_dim, bytes = (size_t)head_dim * sizeof(float);
+    for (int h = 0; h < kv_heads; h++)
+        for (int m = 0; m < rows; m++) {
+            const float *row = qkv + (size_t)m * row_stride + q_size + (size_t)h * head_dim;
+            size_t at = ((size_t)h * capacity + start + m) * head_dim;
+            memcpy(keys + at, row, bytes);
+            memcpy(values + at, row + kv_size, bytes);
+        }
+}
+
 static inline int key_at(int j, int start, const int *seen) { return seen == NULL || j < start ? j : seen[j - start]; }
 
 /* Attention (§8) runs one KV head's query heads together, a sweep of up to SWEEP_HEADS heads of one
