@@ -15,6 +15,7 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define QK_K 256
@@ -50,6 +51,28 @@ int ex_pack(int type, const uint8_t *w, int n, int k, uint8_t *out) {
         int cols = n - j0 < TILE ? n - j0 : TILE;
         const uint8_t *tile = w + (size_t)j0 * row_bytes;
         for (int b = 0; b < blocks; b++, out += tb) ex_pack_tile_block(type, tile + b * bytes, row_bytes, cols, out);
+    }
+    return EX_OK;
+}
+
+/* Whether `packed` is exactly ex_pack's output for w (0: it is; 1: it differs; EX_BAD_SHAPE): a packed
+ * copy kept on disk and shared by the processes of a machine (kernel.py) is checked against the GGUF's
+ * own blocks at every load, tile-block by tile-block in a buffer on the stack, before any product reads
+ * it: a stale, truncated or corrupted file is never computed with. */
+int ex_pack_check(int type, const uint8_t *w, int n, int k, const uint8_t *packed) {
+    if (!packable(type, n, k)) return EX_BAD_SHAPE;
+    enum { MAX_TILE_BLOCK = TILE * 256 }; /* above either format's tile-block */
+    uint8_t buf[MAX_TILE_BLOCK] __attribute__((aligned(64)));
+    int blocks = k / QK_K;
+    size_t bytes = type == EX_Q4_K ? 144 : 210, row_bytes = (size_t)blocks * bytes, tb = ex_tile_block_bytes(type);
+    if (tb > sizeof buf) return EX_BAD_SHAPE;
+    for (int j0 = 0; j0 < n; j0 += TILE) {
+        int cols = n - j0 < TILE ? n - j0 : TILE;
+        const uint8_t *tile = w + (size_t)j0 * row_bytes;
+        for (int b = 0; b < blocks; b++, packed += tb) {
+            ex_pack_tile_block(type, tile + b * bytes, row_bytes, cols, buf);
+            if (memcmp(buf, packed, tb)) return 1;
+        }
     }
     return EX_OK;
 }

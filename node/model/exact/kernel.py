@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from node.model.exact.packed_store import open_packed
 from node.model.kernels import BUILD_DIR, ISA_ENV, KernelUnavailable
 from node.model.kernels import cpu_flags as read_cpu_flags
 from verifier.errors import SpecmarketError
@@ -177,6 +178,7 @@ def compiled(flags: tuple[str, ...]) -> ctypes.CDLL:
     if hasattr(lib, "ex_pack"):
         lib.ex_packed_bytes.argtypes, lib.ex_packed_bytes.restype = [_I, _I, _I], ctypes.c_size_t
         lib.ex_pack.argtypes, lib.ex_pack.restype = [_I, _P, _I, _I, _P], ctypes.c_int
+        lib.ex_pack_check.argtypes, lib.ex_pack_check.restype = [_I, _P, _I, _I, _P], ctypes.c_int
     if hasattr(lib, "ex_amx_enable"):
         lib.ex_amx_enable.argtypes, lib.ex_amx_enable.restype = [], ctypes.c_int
     return lib
@@ -261,13 +263,25 @@ class PackedArena:
     then never read. Empty where the kernel has no packed products (no AVX-512 VNNI, or
     SPECMARKET_KERNEL_ISA=avx2): those CPUs read the raw blocks."""
 
-    def __init__(self, lib: ctypes.CDLL, matrices: Sequence[tuple[str, int, int, int, int]]) -> None:
-        """``matrices``: (kind, raw address, n, k, raw bytes) each."""
+    def __init__(
+        self, lib: ctypes.CDLL, matrices: Sequence[tuple[str, int, int, int, int]], directory: Path | None = None
+    ) -> None:
+        """``matrices``: (kind, raw address, n, k, raw bytes) each; ``directory``: where the packed copy is
+        kept as a file that every process of the machine maps shared (packed_store.store_dir), else
+        None: private."""
         self.addresses = [0] * len(matrices)
         if not (hasattr(lib, "ex_pack") and has_vnni()):
             return
         sizes = [lib.ex_packed_bytes(TYPE_CODES[m[0]], m[2], m[3]) if m[0] in PACKED_KINDS else 0 for m in matrices]
         if not sum(sizes):
+            return
+        coded = [(TYPE_CODES[kind], raw, n, k) for kind, raw, n, k, _ in matrices]
+        shared = None if directory is None else open_packed(lib, directory, SOURCES, coded, sizes)
+        if shared is not None:
+            self._map, self.addresses = shared
+            for (_, raw, _, _, raw_bytes), size in zip(matrices, sizes, strict=True):
+                if size:
+                    _drop_pages(raw, raw_bytes)
             return
         self._map = mmap.mmap(-1, sum(sizes) + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_HUGEPAGE"):

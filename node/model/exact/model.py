@@ -26,6 +26,7 @@ import torch
 from node.model.exact import ARITHMETIC_KEY, ARITHMETIC_VERSION
 from node.model.exact.blocks import TYPES, Decoded, decode, dequantize
 from node.model.exact.kernel import TYPE_CODES, PackedArena, Part, matmul_parts
+from node.model.exact.packed_store import store_dir
 from node.model.kernels.llama import LeanLM
 from node.model.kernels.rows import RowLayout
 from node.model.packed import PackedModelError
@@ -146,7 +147,7 @@ class ExactWeights:
     def _pack(self, linears: list[ExactLinear], lib: ctypes.CDLL) -> None:
         """Every K-quant matrix repacked once (where the kernel reads packed matrices), in one arena."""
         matrices = [(p.kind, p.raw.ctypes.data, p.n, p.k, p.raw.nbytes) for linear in linears for p in linear.parts]
-        self.arena = PackedArena(lib, matrices)
+        self.arena = PackedArena(lib, matrices, store_dir(self.directory))
         at = 0
         for linear in linears:
             linear.use(self.arena.addresses[at : at + len(linear.parts)])
