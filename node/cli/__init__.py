@@ -16,6 +16,7 @@ from node.cli.lab import add_lab_commands
 from node.cli.local import add_local_commands
 from node.cli.market import add_market_commands
 from node.cli.options import CommandParser
+from node.cli.quality import add_quality_commands
 from node.cli.training import add_training_commands
 from node.runtime.logs import stderr_handler
 from node.runtime.redact import redact
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_chain_commands(sub)
     add_lab_commands(sub)
     add_training_commands(sub)
+    add_quality_commands(sub)
     return parser
 
 

