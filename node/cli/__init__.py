@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 
+from node.cli.anchor import add_anchor_commands
 from node.cli.chain import add_chain_commands
 from node.cli.lab import add_lab_commands
 from node.cli.local import add_local_commands
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lab_commands(sub)
     add_training_commands(sub)
     add_quality_commands(sub)
+    add_anchor_commands(sub)
     return parser
 
 

@@ -37,7 +37,6 @@ BATCH_OVER_ONE_MAX = 1.6  # one shared pass of BATCH_JOBS × 7 rows against one 
 PREFILL_OVER_LLAMA_MAX = 1.2  # the prompt's prefill against llama.cpp's pp at the same length
 LLAMA_GEN_TOKENS = 64  # llama-bench -n
 PREFILL_REPEATS = 3
-BENCH_CPU = 0  # the core both sides run on
 
 
 @contextmanager
@@ -100,7 +99,7 @@ def llama_side(cfg: TargetBenchConfig) -> dict | None:
 
     binary = ensure_llama_bench()
     r = run_llama_bench(
-        binary, Path(cfg.model_dir) / "model.gguf", 1, cfg.prefill, LLAMA_GEN_TOKENS, cfg.llama_repeats, BENCH_CPU
+        binary, Path(cfg.model_dir) / "model.gguf", 1, cfg.prefill, LLAMA_GEN_TOKENS, cfg.llama_repeats, bench_cpu()
     )
     return {
         "version": r.version,
@@ -165,14 +164,20 @@ def goals(exact: dict, llama: dict | None) -> list[dict]:
     ]
 
 
+def bench_cpu() -> int:
+    """The core both sides run on: the first this process may use (`taskset -c N` picks it)."""
+    return min(os.sched_getaffinity(0))
+
+
 def run_bench_exact(cfg: TargetBenchConfig) -> dict:
     started = time.perf_counter()
-    with one_core(BENCH_CPU):
+    with one_core(bench_cpu()):
         side = ours(cfg)
         llama = llama_side(cfg)
     report = {
         "model_dir": str(cfg.model_dir),
         "compare_dir": None if cfg.compare_dir is None else str(cfg.compare_dir),
+        "cpu": bench_cpu(),
         "context": COST_CONTEXT,
         "prefill_tokens": cfg.prefill,
         "batch_jobs": cfg.batch_jobs,
@@ -188,7 +193,7 @@ def run_bench_exact(cfg: TargetBenchConfig) -> dict:
 
 
 def print_exact_report(report: dict) -> None:
-    print(f"\none thread on CPU {BENCH_CPU}; passes after {report['context']} tokens; medians")
+    print(f"\none thread on CPU {report['cpu']}; passes after {report['context']} tokens; medians")
     for name, s in report["ours"].items():
         vs = " ".join(f"v({g})={v}" for g, v in s["v"].items())
         print(

@@ -93,7 +93,9 @@ class Market:
         return _call(self.loop, node.registry.snapshot)
 
 
-def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_dir: Path) -> tuple[TargetNode, str]:
+def start_target_node(
+    loop: TrioThread, pair: ModelPair, pair_name: str, gamma: int, draft_deadline_ms: float | None, data_dir: Path
+) -> tuple[TargetNode, str]:
     """A target node in this process (on ``loop``); returns it and its HTTP URL."""
     from node.target.config import TargetConfig  # the libp2p and HTTP stacks, only when benchmarking
     from node.target.node import TargetNode
@@ -103,9 +105,9 @@ def _start_target(loop: TrioThread, pair: ModelPair, cfg: P2PBenchConfig, data_d
     tcfg = TargetConfig(
         http="127.0.0.1:0",
         data_dir=data_dir,
-        gamma=cfg.gamma,
-        draft_deadline_ms=cfg.draft_deadline_ms,
-        pair=cfg.pair,
+        gamma=gamma,
+        draft_deadline_ms=draft_deadline_ms,
+        pair=pair_name,
         wait_budget=0.0,
     )
     node = TargetNode(tcfg, pair)
@@ -123,7 +125,9 @@ def running_market(
     try:
         with ProcessGroup() as group:
             for name in TARGETS:
-                nodes[name], urls[name] = _start_target(loop, pair, cfg, tmp / f"target-{name}")
+                nodes[name], urls[name] = start_target_node(
+                    loop, pair, cfg.pair, cfg.gamma, cfg.draft_deadline_ms, tmp / f"target-{name}"
+                )
             roles = [("honest", "honest"), ("honest_no_overlap", "honest"), *(("hostile", h) for h in HOSTILE)]
             progress(f"starting {len(roles)} drafter processes (OMP_NUM_THREADS=1)")
             drafter = partial(start_drafter, tmp, pair=cfg.pair, cpus=drafter_cpus)

@@ -85,6 +85,19 @@ class TargetBenchConfig:
 
 
 @dataclass(frozen=True)
+class AnchorBenchConfig:
+    """`bench-anchor` (node.lab.bench_anchor): ours against llama.cpp, plain and speculative, one run."""
+
+    pair: str = DEFAULT_PAIR  # its target must be exact (a GGUF served as published): the default pair's
+    prompts: int = 4  # the first N of the pair's bench prompts
+    max_tokens: int = 64  # every answer this long (end of sequence ignored on both sides)
+    gamma: int = TARGET_GAMMA  # our target's γ and llama.cpp's --spec-draft-n-max
+    repeats: int = 1  # passes over the prompts, modes taking turns prompt by prompt
+    threads: tuple[int, ...] = (1, 2)  # llama.cpp's thread counts (1: pinned to the target's core)
+    out: Path = Path("bench_out/bench_anchor.json")
+
+
+@dataclass(frozen=True)
 class DraftLengthConfig:
     """`bench-draft-length` (node.lab.draft_length): traces of the pair's bench prompts, replayed."""
 
