@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node.lab.llama_cpp import LlamaCppError, pin, run_tool, tail
+from node.lab.llama_tools import checked
 
 RUN_TIMEOUT_S = 900.0
 CONTEXT = 4096  # -c: every prompt and answer of the workload fits
@@ -100,19 +101,13 @@ def _run(command: list[str], parse, timeout_s: float) -> TimedAnswer:
         raise LlamaCppError(f"{e}; its stderr ends:\n{tail(done.stderr)}") from None
 
 
-def _checked(*paths: Path) -> None:
-    for path in paths:
-        if not path.is_file():
-            raise LlamaCppError(f"no file at {path}")
-
-
 def run_plain(
     binary: Path, gguf: Path, prompt_file: Path, n: int, threads: int = 1, cpu: int | None = 0,
     timeout_s: float = RUN_TIMEOUT_S,
 ) -> TimedAnswer:  # fmt: skip
     """``n`` greedy tokens of ``llama-completion`` after the prompt in ``prompt_file`` (its end of
     generation ignored, as our runs ignore theirs: every run decodes ``n``)."""
-    _checked(binary, gguf, prompt_file)
+    checked(binary, gguf, prompt_file)
     command = [str(binary), "-m", str(gguf), "-f", str(prompt_file), *PROMPT_FLAGS, "-no-cnv", "--no-display-prompt"]
     command += [*GREEDY, "-n", str(n), "--ignore-eos", "-c", str(CONTEXT)]
     return _run(_threads(command, threads, cpu, "-t"), parse_plain_timings, timeout_s)
@@ -124,7 +119,7 @@ def run_speculative(
 ) -> TimedAnswer:  # fmt: skip
     """``n`` greedy tokens of ``llama-speculative-simple`` with ``draft_gguf`` drafting at most
     ``draft_max`` tokens a round (its default minimum draft probability kept: llama.cpp's own policy)."""
-    _checked(binary, gguf, draft_gguf, prompt_file)
+    checked(binary, gguf, draft_gguf, prompt_file)
     command = [str(binary), "-m", str(gguf), "-md", str(draft_gguf), "-f", str(prompt_file), *PROMPT_FLAGS]
     command += ["--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_max), *GREEDY]
     command += ["-n", str(n), "--ignore-eos", "-c", str(CONTEXT)]

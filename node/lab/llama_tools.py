@@ -116,7 +116,8 @@ def parse_completion_stdout(stdout: str) -> tuple[str, bool]:
 # ---- running -----------------------------------------------------------------------------------------
 
 
-def _checked(binary: Path, *files: Path) -> None:
+def checked(binary: Path, *files: Path) -> None:
+    """Every file a llama.cpp run needs exists (else one clear error naming where it comes from)."""
     for path in (binary, *files):
         if not Path(path).is_file():
             raise LlamaCppError(f"no {path} (llama.cpp's tools come from ensure_llama_cpp, the GGUF from make setup)")
@@ -137,7 +138,7 @@ def run_perplexity(
 ) -> LlamaPerplexity:
     """``llama-perplexity`` on one thread over ``text_file`` (as it reads it: one trailing newline
     dropped), in chunks of ``n_ctx`` with one chunk a batch (``-b n_ctx``), the first ``chunks``."""
-    _checked(binary, gguf, text_file)
+    checked(binary, gguf, text_file)
     command = [str(binary), "-m", str(gguf), "-f", str(text_file), "--no-escape", "-t", "1", "-c", str(n_ctx)]
     command += ["-b", str(n_ctx), *(["--chunks", str(chunks)] if chunks is not None else [])]
     command = _pinned(command, cpu)
@@ -152,7 +153,7 @@ def run_perplexity(
 def run_tokenize(binary: Path, gguf: Path, text_file: Path, timeout_s: float = TOKENIZE_TIMEOUT_S) -> tuple[int, ...]:
     """The ids llama.cpp's tokenizer gives ``text_file``'s bytes as llama-perplexity tokenizes text:
     special-token text not parsed, BOS only where the vocabulary asks for it."""
-    _checked(binary, gguf, text_file)
+    checked(binary, gguf, text_file)
     command = [str(binary), "-m", str(gguf), "-f", str(text_file), "--ids", "--no-parse-special", "--no-escape"]
     command.append("--log-disable")
     done = run_tool(command, timeout_s)
@@ -171,7 +172,7 @@ def run_completion(
     chat mode: the prompt file already holds the chat-templated text, special tokens parsed) of at most
     ``n_predict`` tokens, on one thread. Write the prompt file with one newline more than the prompt
     (``-f`` drops one)."""
-    _checked(binary, gguf, prompt_file)
+    checked(binary, gguf, prompt_file)
     command = [str(binary), "-m", str(gguf), "-f", str(prompt_file), "--no-escape", "-no-cnv", "--no-display-prompt"]
     command += ["--verbose-prompt", "-sp", "--temp", "0", "--top-k", "1", "--repeat-penalty", "1", "--seed", "0"]
     command += ["-n", str(n_predict), "-t", "1", "-c", "4096"]

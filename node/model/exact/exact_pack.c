@@ -42,24 +42,10 @@ size_t ex_packed_bytes(int type, int n, int k) {
     return (size_t)((n + TILE - 1) / TILE) * (size_t)(k / QK_K) * ex_tile_block_bytes(type);
 }
 
-/* w [n, k] in the GGUF's blocks -> out (ex_packed_bytes of it), tile after tile, block after block */
-int ex_pack(int type, const uint8_t *w, int n, int k, uint8_t *out) {
-    if (!packable(type, n, k)) return EX_BAD_SHAPE;
-    int blocks = k / QK_K;
-    size_t bytes = type == EX_Q4_K ? 144 : 210, row_bytes = (size_t)blocks * bytes, tb = ex_tile_block_bytes(type);
-    for (int j0 = 0; j0 < n; j0 += TILE) {
-        int cols = n - j0 < TILE ? n - j0 : TILE;
-        const uint8_t *tile = w + (size_t)j0 * row_bytes;
-        for (int b = 0; b < blocks; b++, out += tb) ex_pack_tile_block(type, tile + b * bytes, row_bytes, cols, out);
-    }
-    return EX_OK;
-}
-
-/* Whether `packed` is exactly ex_pack's output for w (0: it is; 1: it differs; EX_BAD_SHAPE): a packed
- * copy kept on disk and shared by the processes of a machine (kernel.py) is checked against the GGUF's
- * own blocks at every load, tile-block by tile-block in a buffer on the stack, before any product reads
- * it: a stale, truncated or corrupted file is never computed with. */
-int ex_pack_check(int type, const uint8_t *w, int n, int k, const uint8_t *packed) {
+/* Walk w [n, k] in the GGUF's blocks tile after tile, block after block, packing each tile-block: into
+ * `out` (ex_pack), or into a buffer on the stack compared with `check` (ex_pack_check; 1 at the first
+ * difference). */
+static int pack_walk(int type, const uint8_t *w, int n, int k, uint8_t *out, const uint8_t *check) {
     if (!packable(type, n, k)) return EX_BAD_SHAPE;
     enum { MAX_TILE_BLOCK = TILE * 256 }; /* above either format's tile-block */
     uint8_t buf[MAX_TILE_BLOCK] __attribute__((aligned(64)));
@@ -69,12 +55,24 @@ int ex_pack_check(int type, const uint8_t *w, int n, int k, const uint8_t *packe
     for (int j0 = 0; j0 < n; j0 += TILE) {
         int cols = n - j0 < TILE ? n - j0 : TILE;
         const uint8_t *tile = w + (size_t)j0 * row_bytes;
-        for (int b = 0; b < blocks; b++, packed += tb) {
-            ex_pack_tile_block(type, tile + b * bytes, row_bytes, cols, buf);
-            if (memcmp(buf, packed, tb)) return 1;
+        for (int b = 0; b < blocks; b++) {
+            uint8_t *to = check ? buf : out + ((size_t)(j0 / TILE) * blocks + b) * tb;
+            ex_pack_tile_block(type, tile + b * bytes, row_bytes, cols, to);
+            if (check && memcmp(buf, check + ((size_t)(j0 / TILE) * blocks + b) * tb, tb)) return 1;
         }
     }
     return EX_OK;
+}
+
+/* w [n, k] in the GGUF's blocks -> out (ex_packed_bytes of it) */
+int ex_pack(int type, const uint8_t *w, int n, int k, uint8_t *out) { return pack_walk(type, w, n, k, out, NULL); }
+
+/* Whether `packed` is exactly ex_pack's output for w (0: it is; 1: it differs; EX_BAD_SHAPE): a packed
+ * copy kept on disk and shared by the processes of a machine (packed_store.py) is checked against the
+ * GGUF's own blocks at every load before any product reads it: a stale, truncated or corrupted file is
+ * never computed with. */
+int ex_pack_check(int type, const uint8_t *w, int n, int k, const uint8_t *packed) {
+    return pack_walk(type, w, n, k, NULL, packed);
 }
 
 /* out [m, n] (rows ldo apart) = x [m, k] times the packed matrix w [n, k], on VNNI; x NULL: the rows that
