@@ -1,7 +1,7 @@
 """Protocol messages: frozen dataclasses, msgpack encoding, strict schema validation.
 
 Two protocols share the codec:
-- ``/specmarket/draft/3.0.0`` (target <-> drafter): ``open``, ``advance`` and, last, ``settle`` from the
+- ``/specmarket/draft/3.1.0`` (target <-> drafter): ``open``, ``advance`` and, last, ``settle`` from the
   target; ``payout`` (once, after ``open``) and ``draft`` back (an answer to the last message, or an
   *early draft* for a later round that names its ``basis``).
 - ``/specmarket/generate/1.0.0`` (client <-> target): ``request`` from the client; ``chunk`` blocks,
@@ -30,7 +30,9 @@ from verifier.proposal import MAX_GAMMA
 # (kept in its data dir, so a restarted node keeps its multiaddr), else any free port (p2p.host).
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
-DRAFT_PROTOCOL_ID = "/specmarket/draft/3.0.0"  # 3.0.0: price, payout address, accepted counts, vouchers
+MAX_OPEN_DEADLINE_MS = 60_000  # node.target.config.MAX_DEADLINE_MS
+# 3.0.0: price, payout address, accepted counts, vouchers; 3.1.0: the open states the target's deadline
+DRAFT_PROTOCOL_ID = "/specmarket/draft/3.1.0"
 GENERATE_PROTOCOL_ID = "/specmarket/generate/1.1.0"  # 1.1.0: answers end at end-of-sequence unless ignore_eos
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile
 MAX_CONTEXT_TOKENS = 8192
@@ -53,8 +55,10 @@ class InvalidMessage(SpecmarketError):
 
 @dataclass(frozen=True)
 class Open:
-    """target -> drafter: start a job (context so far, sampling params, the shared seed, γ) and the
-    price the operator pays per accepted draft token, in wei (0: this target pays nothing)."""
+    """target -> drafter: start a job (context so far, sampling params, the shared seed, γ), the
+    price the operator pays per accepted draft token, in wei (0: this target pays nothing), and how
+    long the target waits for an answer to an advance, in ms (0: not stated), so that an honest
+    drafter sizes its answers to arrive in time (node.drafter.session, "Answers in time")."""
 
     job: str
     context: tuple[int, ...]
@@ -65,6 +69,7 @@ class Open:
     gamma: int
     start: int  # k of the first token to draft (context[-1] is the last accepted token)
     price_wei: int = 0
+    deadline_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -248,6 +253,7 @@ def _open(body: dict, vocab: int, max_gamma: int) -> Open:
         _int(body, "gamma", 1, max_gamma),
         _int(body, "start", 0, MAX_CONTEXT_TOKENS),
         _int(body, "price_wei", 0, MAX_PRICE_WEI),
+        _int(body, "deadline_ms", 0, MAX_OPEN_DEADLINE_MS),
     )
 
 

@@ -53,3 +53,19 @@ def test_goals_hold_at_their_bound_and_are_missed_past_it():
     assert prefill["measured"] == 0.5 and prefill["holds"] is True
     slower = goals({**exact, "t_target_1_ms": 111.0}, llama)[0]
     assert slower["measured"] == 1.11 and slower["holds"] is False
+
+
+def test_the_transformers_baselines_are_left_out_for_an_exact_target(exact_dir):
+    """bench-local and bench-p2p once died on an exact target (no transformers model to build); now
+    their HF modes are left out for it, and kept for a float target (the tiny pair)."""
+    from types import SimpleNamespace
+
+    from node.lab.bench_local import HF_ASSISTED, has_hf_model, hf_modes
+    from node.model.loading import TINY_DRAFT, load_model_dir
+
+    exact, _ = load_model_dir(exact_dir, "target")
+    tiny, _ = load_model_dir(TINY_TARGET, "target")
+    draft, _ = load_model_dir(TINY_DRAFT, "draft")
+    assert not has_hf_model(exact) and has_hf_model(tiny) and has_hf_model(draft)
+    assert hf_modes(SimpleNamespace(target=exact, draft=draft), None, None) == {}
+    assert set(hf_modes(SimpleNamespace(target=tiny, draft=draft), None, None)) == {"hf_plain", *HF_ASSISTED}

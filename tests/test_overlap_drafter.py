@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 import pytest
 import trio
@@ -16,7 +17,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 
 from node.drafter.config import DrafterConfig
 from node.drafter.peer import DrafterNode
-from node.drafter.session import DraftSession, Kind, Step
+from node.drafter.session import ANSWER_SHARE, DraftSession, Kind, Step
 from node.drafter.strategies import Behaviour
 from p2p.framing import FrameStream
 from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
@@ -229,5 +230,76 @@ def test_a_contradicting_advance_stops_the_block_at_the_next_token(pair):
     # on the trio side, an advance that contradicts the path drops it and raises the flag of its block
     session.advance(Advance("j", ((session.path[0] + 1) % 4096,), 1), 0.0)
     assert cancel.is_set() and session.path == [] and session.epoch == epoch + 1
-    session.extended(epoch, drafted, ext.count, cancel)
+    session.extended(epoch, drafted, ext.count, cancel, 0)
     assert session.path == []  # the stale block is discarded, not appended to the new path
+
+
+class SleepyProposer(LocalDraftProposer):
+    """The honest proposer on the real draft model, taking ``token_s`` a token: a draft slower than
+    the target's deadline allows for a whole block (as the 0.5B draft is beside the exact target)."""
+
+    def __init__(self, model, token_s: float) -> None:
+        super().__init__(model)
+        self.token_s, self.calls = token_s, 0
+
+    def propose(self, context, **kwargs):
+        self.calls += 1
+        time.sleep(self.token_s)
+        return super().propose(context, **kwargs)
+
+
+SLOW_TOKEN_S = 0.1
+SLOW_DEADLINE_S = 0.45  # a whole block of GAMMA tokens takes 0.4 s: too long for its clock, 0.36 s
+
+
+def test_an_answer_to_an_advance_goes_out_before_the_deadline_with_the_tokens_drafted_by_then(pair):
+    """The promise to an honest drafter: a draft too slow for a whole block before the target's deadline
+    still answers in time (a late answer misses its round, and misses in a row bench the drafter)."""
+    context = pair.tokenizer.encode(PROMPT)
+    proposer = SleepyProposer(pair.draft.fork(), SLOW_TOKEN_S)
+    session = DraftSession("j", list(context), SamplingParams(), SEED, GAMMA, 0, proposer, Behaviour(), 512)
+    session.deadline_s = SLOW_DEADLINE_S
+    session.answered, session.answer_len = 0, 0  # the open's answer was sent (and had no clock)
+    session.advance(Advance("j", (5,), 1), time.perf_counter())  # a rejection: nothing drafted for k = 1
+    step = session.next_step()
+    assert step == Step(Kind.ANSWER, GAMMA)
+    ext = session.extension(step)
+    drafted = session.draft_tokens(ext, session.cancel, session.interrupt)
+    took = time.perf_counter() - session.asked_at
+    assert drafted.timed_out and 1 <= len(drafted.tokens) < GAMMA, drafted
+    assert took < SLOW_DEADLINE_S, f"the answer was ready {took:.3f} s after the advance"
+    session.extended(session.epoch, drafted, ext.count, session.cancel, 1)
+    step = session.next_step()
+    assert step == Step(Kind.ANSWER, len(drafted.tokens))  # nothing more to draft: send it as it is
+    draft, _ = session.draft_for(step)
+    assert (draft.start, draft.basis, draft.tokens) == (1, (), tuple(drafted.tokens))
+    assert draft.tokens == fresh_draft(pair, [*context, 5], 1, len(drafted.tokens))  # the honest tokens
+
+
+def test_without_a_stated_deadline_and_for_early_drafts_blocks_have_no_clock(pair):
+    context = pair.tokenizer.encode(PROMPT)
+    session = DraftSession(
+        "j", list(context), SamplingParams(), SEED, GAMMA, 0, SleepyProposer(pair.draft.fork(), 0.0), Behaviour(), 512
+    )
+    session.advance(Advance("j", (5,), 1), 0.0)  # asked long ago
+    assert session.extension(Step(Kind.ANSWER, GAMMA)).until == float("inf")  # an open with deadline_ms 0
+    session.deadline_s = SLOW_DEADLINE_S
+    assert session.extension(Step(Kind.ANSWER, GAMMA)).until == ANSWER_SHARE * SLOW_DEADLINE_S
+    assert session.extension(Step(Kind.EARLY, 2 * GAMMA + 1)).until == float("inf")
+
+
+def test_an_advance_interrupts_an_early_block_and_its_tokens_are_kept(pair):
+    """An advance read while an early block is drafted: the worker returns at the next token (so the
+    new round's answer does not wait for the rest of the block), and what it drafted stays on the path."""
+    context = pair.tokenizer.encode(PROMPT)
+    session = DraftSession("j", list(context), SamplingParams(), SEED, GAMMA, 0, None, Behaviour(), 512)
+    proposer = CancellingProposer(pair.draft.fork(), at=2, flag=session.interrupt)
+    session.proposer = proposer
+    session.path = list(fresh_draft(pair, context, 0, GAMMA))
+    session.confidence = [1.0] * GAMMA
+    epoch, cancel = session.epoch, session.cancel
+    ext = session.extension(Step(Kind.EARLY, 2 * GAMMA + 1))
+    drafted = session.draft_tokens(ext, cancel, session.interrupt)
+    assert drafted.interrupted and len(drafted.tokens) == 2 and proposer.calls == 2
+    session.extended(epoch, drafted, ext.count, cancel, 0)
+    assert session.path == list(fresh_draft(pair, context, 0, GAMMA + 2)) and session.short_at == -1

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from p2p.messages import (
     MAX_FRAME_BYTES,
+    MAX_OPEN_DEADLINE_MS,
     MAX_PRICE_WEI,
     TO_DRAFTER,
     Advance,
@@ -65,7 +66,7 @@ def _draft(**overrides) -> bytes:
 
 def _open(**overrides) -> bytes:
     body = {"type": "open", "job": "j", "context": [1], "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
-    return _frame(**{**body, "gamma": 4, "start": 0, "price_wei": 0, **overrides})
+    return _frame(**{**body, "gamma": 4, "start": 0, "price_wei": 0, "deadline_ms": 100, **overrides})
 
 
 def _settle(**overrides) -> bytes:
@@ -114,6 +115,24 @@ def _payout(**overrides) -> bytes:
         (_open(context=[1] * 8193), "context"),
         (_open(price_wei=MAX_PRICE_WEI + 1), "price_wei"),
         (_open(price_wei=-1), "price_wei"),
+        (_open(deadline_ms=-1), "deadline_ms"),
+        (_open(deadline_ms=MAX_OPEN_DEADLINE_MS + 1), "deadline_ms"),
+        (_open(deadline_ms=2.5), "deadline_ms"),
+        (
+            _frame(
+                type="open",
+                job="j",
+                context=[1],
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                seed=0,
+                gamma=4,
+                start=0,
+                price_wei=0,
+            ),
+            "fields",
+        ),  # a 3.0.0 open: no deadline; fmt: skip
         (_frame(type="advance", job="j", tokens=[1], start=1), "fields"),  # a 2.0.0 advance: no accepted count
         (_frame(type="advance", job="j", tokens=[1], start=1, accepted=-1), "accepted"),
         (_payout(address="0x" + "ab" * 19), "address"),

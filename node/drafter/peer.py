@@ -34,7 +34,7 @@ from node.chain.vouchers import SignedVoucher
 from node.client.http import http_json
 from node.drafter.config import DrafterConfig
 from node.drafter.redeem import redeem_voucher
-from node.drafter.session import DraftSession, Kind, ProtocolViolation, Step
+from node.drafter.session import MS, DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
 from node.drafter.wallet import Wallet, escrow_shortfall
 from node.model.adapter import HFCausalLM
@@ -140,6 +140,7 @@ class DrafterNode:
             min_confidence=self.cfg.min_confidence,
             asked_at=time.perf_counter(),
             price_wei=msg.price_wei,
+            deadline_s=msg.deadline_ms / MS,
         )
 
     async def _open_session(self, fs: FrameStream) -> DraftSession:
@@ -236,10 +237,10 @@ class DrafterNode:
                 await self._send(fs, session, step)
 
     async def _extend(self, session: DraftSession, step: Step) -> None:
-        epoch, cancel = session.epoch, session.cancel
+        epoch, cancel, interrupt, k = session.epoch, session.cancel, session.interrupt, session.k
         ext = session.extension(step)
-        drafted = await trio.to_thread.run_sync(session.draft_tokens, ext, cancel)
-        session.extended(epoch, drafted, ext.count, cancel)
+        drafted = await trio.to_thread.run_sync(session.draft_tokens, ext, cancel, interrupt)
+        session.extended(epoch, drafted, ext.count, cancel, k)
         if epoch != session.epoch:
             log.debug(
                 "job %s: dropped %d of %d draft tokens at k=%d: stale work",

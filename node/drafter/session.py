@@ -21,6 +21,15 @@ stops at the next token boundary. If the target's rule (start == k, basis == the
 says the early draft already sent is usable at the new k, it is that round's answer and no other is
 sent; the drafter goes straight on to the next early draft.
 
+**Answers in time.** The target waits ``deadline`` (its open says how long) for an answer to an
+advance; a later one misses its round, and misses in a row bench the drafter. So an answer to an
+advance is drafted against a clock: no token is started that would end past ``ANSWER_SHARE`` of the
+deadline after the advance arrived (the rest is left for the way back), and the answer goes out with
+the tokens it has, none if need be: an empty answer still tells the target at once that it decodes
+this round alone. An advance also *interrupts* an extension in flight at the next token boundary (its
+tokens are kept where the advance agrees with them), so the answer to it never waits for the end of an
+early block drafted for the round before.
+
 State changes happen on the trio thread; only ``draft_tokens`` runs in a worker thread, and only one
 at a time per session, so the session's KV cache has one user.
 """
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from dataclasses import dataclass, field, replace
 
 import trio
@@ -41,6 +51,10 @@ from verifier.model import common_prefix
 from verifier.params import SamplingParams
 
 MS = 1000.0
+# an answer to an advance is sent by this share of the target's deadline after the advance arrived:
+# the rest covers the way back (framing, the network, both event loops), ~2-3 ms on loopback
+ANSWER_SHARE = 0.8
+NO_LIMIT = float("inf")
 
 
 class ProtocolViolation(SpecmarketError):
@@ -78,6 +92,11 @@ class DraftSession:
     confidence: list[float] = field(default_factory=list)  # the draft's probability of each path token
     epoch: int = 0  # bumped when the path is dropped: an extension still in flight is then discarded
     cancel: threading.Event = field(default_factory=threading.Event)  # set on a drop: stop drafting for it
+    interrupt: threading.Event = field(default_factory=threading.Event)  # set on an advance: return, keep the tokens
+    deadline_s: float = 0.0  # what the target waits for an answer to an advance (its open; 0: not stated)
+    cut_at: int = -1  # the k whose answer the clock ended: send what the path holds
+    token_s: float = 0.0  # the last drafted token's time (the clock's estimate of the next one)
+    proposals: int = 0  # proposer calls so far
     answered: int = -1  # the k whose answer the target has (ours, or our early draft for it)
     answer_len: int = 0  # ... and its length
     early: tuple[int, tuple[int, ...], int] | None = None  # (start, basis, length) of the newest early draft
@@ -107,6 +126,8 @@ class DraftSession:
         self.rounds += 1
         self.context.extend(emitted)
         self.k, self.asked_at = msg.start, now
+        self.interrupt.set()  # an extension in flight returns at its next token: this round needs an answer
+        self.interrupt = threading.Event()
         if len(emitted) <= len(self.path) and self.path[: len(emitted)] == emitted:
             del self.path[: len(emitted)]  # as predicted: the rest of the path still holds
             del self.confidence[: len(emitted)]
@@ -161,7 +182,7 @@ class DraftSession:
             room = min(room, len(self.path))
         if self.answered != self.k:
             n, complete = self.block(0, room)
-            return Step(Kind.ANSWER, n if complete else max(0, min(self.gamma, room)))
+            return Step(Kind.ANSWER, n if complete or self.cut_at == self.k else max(0, min(self.gamma, room)))
         begin = self.answer_len + 1  # after the answer and the predicted bonus
         if not self.overlap or (self.early is not None and self.early[0] == self.k + begin):
             return None
@@ -190,37 +211,60 @@ class DraftSession:
             self.answered, self.answered_at, self.answer_len = self.k, now, len(draft.tokens)
         return replace(draft, draft_ms=round(min(max(now - since, 0.0) * MS, MAX_DRAFT_MS), 3))
 
+    def answer_until(self) -> float:
+        """When the answer to the round in flight must be sent (perf_counter): ``ANSWER_SHARE`` of the
+        deadline after its advance came. The open's answer has no clock: the target decodes the prompt's
+        round alone and asks for it only at the next round (node.target.config.PREFILL_ALONE)."""
+        if not self.deadline_s or self.rounds < 2:
+            return NO_LIMIT
+        return self.asked_at + ANSWER_SHARE * self.deadline_s
+
     def extension(self, step: Step) -> Extension:
-        """What ``draft_tokens`` needs to grow the path towards ``step.need``."""
+        """What ``draft_tokens`` needs to grow the path towards ``step.need``; an answer's on a clock."""
         return Extension(
             [*self.context, *self.path],
             self.k + len(self.path),
             step.need - len(self.path),
             max(0, step.stop_from - len(self.path)),
+            self.answer_until() if step.kind is Kind.ANSWER else NO_LIMIT,
         )
 
-    def extended(self, epoch: int, drafted: Drafted, asked: int, cancel: threading.Event) -> None:
-        """An extension came back; it is discarded if the path it grew was dropped meanwhile."""
+    def extended(self, epoch: int, drafted: Drafted, asked: int, cancel: threading.Event, k: int) -> None:
+        """An extension asked for at round ``k`` came back; it is discarded if the path it grew was
+        dropped meanwhile."""
         if epoch != self.epoch:
             return
         self.path.extend(drafted.tokens)  # a consistent advance meanwhile only trimmed the path's front
         self.confidence.extend(drafted.confidence)
-        if len(drafted.tokens) < asked and not cancel.is_set() and not drafted.unsure:
+        if drafted.timed_out:
+            self.cut_at = k  # moot if the round moved on meanwhile
+        elif len(drafted.tokens) < asked and not cancel.is_set() and not drafted.unsure and not drafted.interrupted:
             self.short_at = self.k
 
     # -- worker thread -------------------------------------------------------------------------
-    def draft_tokens(self, ext: Extension, cancel: threading.Event) -> Drafted:
+    def draft_tokens(
+        self, ext: Extension, cancel: threading.Event, interrupt: threading.Event | None = None
+    ) -> Drafted:
         """Up to ``ext.count`` draft tokens after ``ext.context`` (k of the first: ``ext.start``), one
-        proposer call per token, stopping at the first token boundary after ``cancel`` is set, and
-        after the first token from index ``ext.stop_from`` on that is below the confidence."""
+        proposer call per token, stopping at the first token boundary after ``cancel`` or ``interrupt``
+        is set, before a token that would end past ``ext.until``, and after the first token from index
+        ``ext.stop_from`` on that is below the confidence."""
         out: list[int] = []
         sure: list[float] = []
         while len(out) < ext.count and not cancel.is_set():
+            if interrupt is not None and interrupt.is_set():
+                return Drafted(out, sure, interrupted=True)
+            began = time.perf_counter()
+            if began + self.token_s > ext.until:
+                return Drafted(out, sure, timed_out=True)
             k = ext.start + len(out)
             proposal = self.proposer.propose([*ext.context, *out], start=k, gamma=1, params=self.params, seed=self.seed)
             tokens = getattr(proposal, "tokens", ())
             if not tokens:
                 break
+            if self.proposals:  # the session's first one also prefills the prompt: not a token's time
+                self.token_s = time.perf_counter() - began
+            self.proposals += 1
             out.append(int(tokens[0]))
             sure.append(own_probability(proposal))
             if len(out) > ext.stop_from and sure[-1] < self.min_confidence:
@@ -237,6 +281,7 @@ class Extension:
     start: int
     count: int
     stop_from: int = 0
+    until: float = NO_LIMIT  # perf_counter: no token is started that would end after this (an answer's clock)
 
 
 @dataclass(frozen=True)
@@ -244,6 +289,8 @@ class Drafted:
     tokens: list[int]
     confidence: list[float]  # the draft's probability of each token
     unsure: bool = False  # it ended at a token below the confidence
+    interrupted: bool = False  # an advance came: the loop plans again (the tokens are kept)
+    timed_out: bool = False  # the answer's clock ran out: the answer goes out with the path as it is
 
 
 def own_probability(proposal: object) -> float:

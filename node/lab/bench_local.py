@@ -74,6 +74,28 @@ def hf_model(lm):
     return lm.model if hasattr(lm, "model") else _hf_from_packed(lm.weights.directory)
 
 
+def has_hf_model(lm) -> bool:
+    """Whether transformers can run ``lm``'s model: an HF model, or a packed one (its float16 values).
+    An exact target (node.model.exact) has none: its arithmetic is its integers, which transformers
+    does not compute, so the HF baselines are left out for it (the anchor is llama.cpp: bench-anchor)."""
+    if hasattr(lm, "model"):
+        return True
+    from node.model.packed import is_packed_model
+
+    directory = getattr(getattr(lm, "weights", None), "directory", None)
+    return directory is not None and is_packed_model(directory)
+
+
+def hf_modes(pair, params, cfg) -> dict:
+    """transformers' plain and assisted generation of the pair (none where the target has no HF model)."""
+    if not (has_hf_model(pair.target) and has_hf_model(pair.draft)):
+        return {}
+    return {
+        "hf_plain": hf_mode(pair, params, cfg, assisted=False, schedule="constant"),
+        **{name: hf_mode(pair, params, cfg, assisted=True, schedule=name.rsplit("_", 1)[-1]) for name in HF_ASSISTED},
+    }
+
+
 def hf_mode(pair, params, cfg, assisted: bool, schedule: str):
     import torch  # imported when benchmarking, not at CLI start-up
 
@@ -176,9 +198,7 @@ def _modes(pair, params, cfg, sink: dict[str, list[DecodeResult]]):
         "specmarket_leviathan": _specmarket_mode(
             pair, params, cfg, Rule.LEVIATHAN, sink.setdefault("specmarket_leviathan", [])
         ),
-        "hf_plain": hf_mode(pair, params, cfg, assisted=False, schedule="constant"),
-        "hf_assisted_constant": hf_mode(pair, params, cfg, assisted=True, schedule="constant"),
-        "hf_assisted_heuristic": hf_mode(pair, params, cfg, assisted=True, schedule="heuristic"),
+        **hf_modes(pair, params, cfg),
     }
 
 
@@ -237,10 +257,9 @@ def _print_report(report: dict) -> None:
                 f"{row.get('acceptance_rate', ''):>9}{row.get('mean_accepted_length', ''):>10}"
             )
         m = t["modes"]
-        print(
-            f"  specmarket GUMBEL / best HF assisted: "
-            f"{m['specmarket_gumbel']['tokens_per_second'] / max(m[h]['tokens_per_second'] for h in HF_ASSISTED):.3f}"
-        )
+        if all(h in m for h in HF_ASSISTED):
+            best = max(m[h]["tokens_per_second"] for h in HF_ASSISTED)
+            print(f"  specmarket GUMBEL / best HF assisted: {m['specmarket_gumbel']['tokens_per_second'] / best:.3f}")
     q = report["coupling_T1"]
     print(
         f"\ncoupling at T=1: Σmin(p,q)={q['sum_min_pq']:.3f}  Σp·q={q['sum_p_times_q']:.3f}  "

@@ -29,7 +29,7 @@ import trio
 
 from node.drafter.config import DEFAULT_MIN_CONFIDENCE
 from node.drafter.strategies import DEFAULT_SLOW_MS
-from node.lab.bench_local import HF_ASSISTED, hf_mode, load_lab_pair, measure_costs, time_runs, write_json
+from node.lab.bench_local import HF_ASSISTED, hf_modes, load_lab_pair, measure_costs, time_runs, write_json
 from node.lab.config import P2PBenchConfig
 from node.lab.procs import CHILD_ENV, ProcessGroup, core_split, start_drafter, wait_for_drafters
 from node.lab.trio_thread import TrioThread
@@ -204,10 +204,10 @@ def _modes(pair: ModelPair, params: SamplingParams, cfg, market: Market, engines
         name: _engine_mode(market.loop, engines[name], params, cfg, texts, sinks.setdefault(name, []))
         for name in ENGINE_MODES
     }
-    modes["hf_generate"] = hf_mode(pair, params, cfg, assisted=False, schedule="constant")
-    for name in HF_ASSISTED:
-        modes[name] = hf_mode(pair, params, cfg, assisted=True, schedule=name.rsplit("_", 1)[-1])
-    return modes
+    hf = hf_modes(pair, params, cfg)  # none for an exact target
+    if "hf_plain" in hf:
+        modes["hf_generate"] = hf.pop("hf_plain")
+    return modes | hf
 
 
 def _repeat_record(tps: float, jobs: list[dict] | None, misses: int | None) -> dict:
@@ -276,11 +276,12 @@ def _ratios(rows: dict, bound: float) -> dict:
     tps = {name: row["tokens_per_second"] for name, row in rows.items()}
     ratios = {
         "p2p_honest_vs_bound": rows["p2p_honest"]["speedup_vs_plain"] / bound,
-        "p2p_honest_vs_best_hf_assisted": tps["p2p_honest"] / max(tps[h] for h in HF_ASSISTED),
         "p2p_honest_vs_local": tps["p2p_honest"] / tps["local"],
         "p2p_honest_overlap_vs_no_overlap": tps["p2p_honest"] / tps["p2p_honest_no_overlap"],
         "p2p_hostile_vs_plain": tps["p2p_hostile"] / tps["plain"],
     }
+    if all(h in tps for h in HF_ASSISTED):
+        ratios["p2p_honest_vs_best_hf_assisted"] = tps["p2p_honest"] / max(tps[h] for h in HF_ASSISTED)
     return {k: round(v, 3) for k, v in ratios.items()}
 
 
@@ -346,7 +347,7 @@ def bench_temperature(
         row["speedup_vs_plain"] = round(row["tokens_per_second"] / rows["plain"]["tokens_per_second"], 3)
     bound = speedup_bound(rows["p2p_honest"], costs)
     ratios = _ratios(rows, bound["bound"])
-    aims = {k: {"aim": aim, "ratio": ratios[k], "met": ratios[k] >= aim} for k, aim in AIMS.items()}
+    aims = {k: {"aim": aim, "ratio": ratios[k], "met": ratios[k] >= aim} for k, aim in AIMS.items() if k in ratios}
     market_now = market_snapshot(market, market.targets["hostile"])
     return {
         "temperature": temperature,

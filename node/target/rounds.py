@@ -34,11 +34,11 @@ import trio
 from market.policy import Policy
 from market.registry import Registry
 from node.target.config import PREFILL_ALONE, WAIT_BUDGET_SHARE
-from node.target.draft_timing import MAX_ROUND_RECORDS, DraftTiming, RoundRecord
+from node.target.draft_timing import MAX_ROUND_RECORDS, MS, DraftTiming, RoundRecord
 from node.target.intake import DraftIntake
 from node.target.sessions import RemoteSession, RoundState
 from p2p.framing import StreamFailed
-from p2p.messages import Advance, InvalidMessage, Open
+from p2p.messages import MAX_OPEN_DEADLINE_MS, Advance, InvalidMessage, Open
 from verifier.lookup import TREE_LOOKUP_MIN_NGRAM, lookup_continuation
 from verifier.model import common_prefix
 from verifier.params import SamplingParams
@@ -179,7 +179,8 @@ class MarketProposer(DraftIntake):
 
     async def _send_update(self, session: RemoteSession, context: list[int], k: int) -> None:
         if session.synced == 0:
-            msg = Open(self.job, tuple(context), *self._params(), self.seed, self.gamma, k, self.price_wei)
+            deadline_ms = min(MAX_OPEN_DEADLINE_MS, round(self.deadline_s * MS))
+            msg = Open(self.job, tuple(context), *self._params(), self.seed, self.gamma, k, self.price_wei, deadline_ms)
         else:  # with the drafter's accepted tokens so far, so it can check its pay
             msg = Advance(self.job, tuple(context[session.synced :]), k, session.accepted)
         # before the send: a draft may be read while the send is still under way (an early draft)
