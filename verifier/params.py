@@ -16,6 +16,7 @@ GREEDY_BELOW = 1e-2
 # of its choosing to the micro (the judge's top-p band covers what float noise can move).
 TOP_P_STEP = 0.01
 TOP_P_STEPS = round(1 / TOP_P_STEP)
+TOP_P_CANDIDATES = 1024  # the top-p prefix is sought among this many largest logits before a full sort
 
 
 @dataclass(frozen=True)
@@ -67,11 +68,34 @@ def process_logits(logits: np.ndarray, params: SamplingParams) -> np.ndarray:  #
         kth = np.partition(x, -params.top_k)[-params.top_k]
         x[x < kth] = -np.inf
     if params.top_p < 1.0:
-        order = np.argsort(-x, kind="stable")
-        probs = softmax(x)[order]
-        n_keep = int(np.searchsorted(np.cumsum(probs), params.top_p, side="left")) + 1
-        x[order[n_keep:]] = -np.inf
+        x = _top_p(x, params.top_p)
     return x
+
+
+def _top_p(x: np.ndarray, top_p: float) -> np.ndarray:  # [V] -> [V]
+    """The top-p cut of ``x``. The prefix is first sought among the TOP_P_CANDIDATES largest logits,
+    sorted exactly as the full sort sorts them (every other logit is smaller, so it sorts after
+    them): where their cumulative probability reaches top_p the cut is the full sort's, bit for bit,
+    at a fraction of its cost (a full argsort of 152k logits is ~15 ms, per token and per verified
+    row); otherwise the whole vector is sorted."""
+    probs = softmax(x)
+    if x.size > TOP_P_CANDIDATES:
+        kth = np.partition(x, -TOP_P_CANDIDATES)[-TOP_P_CANDIDATES]
+        candidates = np.flatnonzero(x >= kth)  # ascending ids; every tie at the k-th value included
+        order = candidates[np.argsort(-x[candidates], kind="stable")]
+        cumulative = np.cumsum(probs[order])
+        if cumulative[-1] >= top_p:
+            return _keep(x, order, cumulative, top_p)
+    order = np.argsort(-x, kind="stable")
+    return _keep(x, order, np.cumsum(probs[order]), top_p)
+
+
+def _keep(x: np.ndarray, order: np.ndarray, cumulative: np.ndarray, top_p: float) -> np.ndarray:
+    """``x`` with only the shortest prefix of ``order`` whose cumulative probability reaches top_p."""
+    n_keep = int(np.searchsorted(cumulative, top_p, side="left")) + 1
+    kept = np.full_like(x, -np.inf)
+    kept[order[:n_keep]] = x[order[:n_keep]]
+    return kept
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -81,8 +105,13 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 def token_probs(logits: np.ndarray, params: SamplingParams) -> np.ndarray:  # [V] -> [V] float64
     """The distribution a sample is drawn from; one-hot on the argmax when greedy."""
+    return processed_probs(process_logits(logits, params), params)
+
+
+def processed_probs(processed: np.ndarray, params: SamplingParams) -> np.ndarray:  # [V] -> [V] float64
+    """``token_probs`` from logits already processed (``process_logits``)."""
     if params.greedy:
-        probs = np.zeros(np.asarray(logits).shape[-1])
-        probs[int(np.argmax(logits))] = 1.0
+        probs = np.zeros(np.asarray(processed).shape[-1])
+        probs[int(np.argmax(processed))] = 1.0
         return probs
-    return softmax(process_logits(logits, params))
+    return softmax(processed)

@@ -12,9 +12,9 @@ import numpy as np
 from verifier.decode import Proposer
 from verifier.errors import InvalidParams
 from verifier.model import LanguageModel, score
-from verifier.params import SamplingParams, token_probs
+from verifier.params import SamplingParams, process_logits, processed_probs, token_probs
 from verifier.proposal import Proposal
-from verifier.verify import noisy_scores
+from verifier.verify import with_noise
 
 GREEDY_CONFIDENCE = SamplingParams(1.0, 0, 1.0)  # greedy probs are one-hot: confidence is read at T = 1
 LYING_CLAIMED_PROB = 1e-9  # the lie: "I sampled this token although I gave it probability 1e-9"
@@ -39,8 +39,9 @@ class LocalDraftProposer:
         probs: list[np.ndarray] = []
         confidence: list[float] = []
         for i in range(gamma):
-            probs.append(token_probs(logits, params))
-            tokens.append(int(np.argmax(noisy_scores(logits, params, seed, start + i))))
+            processed = process_logits(logits, params)  # [V]: once a token, for q and for the noisy argmax
+            probs.append(processed_probs(processed, params))
+            tokens.append(int(np.argmax(with_noise(processed, params, seed, start + i))))
             sure = probs[-1] if not params.greedy else token_probs(logits, GREEDY_CONFIDENCE)
             confidence.append(float(sure[tokens[-1]]))
             if confidence[-1] < self.min_confidence:

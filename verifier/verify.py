@@ -38,7 +38,11 @@ def noisy_scores(logits: np.ndarray, params: SamplingParams, seed: int, k: int) 
     For the target this gives y_k; an honest drafter applies it to its own logits to draft
     with the same noise (Daliri, Musco & Suresh 2024, drafter-invariant coupling).
     """
-    processed = process_logits(logits, params)
+    return with_noise(process_logits(logits, params), params, seed, k)
+
+
+def with_noise(processed: np.ndarray, params: SamplingParams, seed: int, k: int) -> np.ndarray:  # [V] -> [V]
+    """``noisy_scores`` from logits already processed (``process_logits``): processed + G_k."""
     if params.greedy:
         return processed
     return processed + gumbel(seed, k, processed.size, STREAM_GUMBEL)
