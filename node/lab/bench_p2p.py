@@ -259,7 +259,10 @@ def speedup_bound(row: dict, costs: dict) -> dict:
     measurements: α from its tokens per target pass Ω at its mean draft length γ̄ (departure: the
     paper's γ is fixed; honest drafters end blocks early), v from its mean verification pass, and c
     = t_draft(1) / t_target(1) of the pair."""
-    gamma = row["mean_draft_length"]
+    gamma = row.get("mean_draft_length", 0.0)
+    if gamma < 1:  # under a draft token a round (a deadline too short for the drafter): no α to fit
+        return {"alpha": None, "mean_draft_length": round(gamma, 3), "c": round(costs["cost_c"], 4), "v": None,
+                "bound": None}  # fmt: skip
     alpha = alpha_from_omega(min(row["mean_accepted_length"], gamma + 1), gamma)
     verify = row["target_pass_ms_per_round"] / costs["t_target_1_ms"]
     bound = speedup(alpha, gamma, costs["cost_c"], verify)
@@ -272,14 +275,15 @@ def speedup_bound(row: dict, costs: dict) -> dict:
     }
 
 
-def _ratios(rows: dict, bound: float) -> dict:
+def _ratios(rows: dict, bound: float | None) -> dict:
     tps = {name: row["tokens_per_second"] for name, row in rows.items()}
     ratios = {
-        "p2p_honest_vs_bound": rows["p2p_honest"]["speedup_vs_plain"] / bound,
         "p2p_honest_vs_local": tps["p2p_honest"] / tps["local"],
         "p2p_honest_overlap_vs_no_overlap": tps["p2p_honest"] / tps["p2p_honest_no_overlap"],
         "p2p_hostile_vs_plain": tps["p2p_hostile"] / tps["plain"],
     }
+    if bound:
+        ratios["p2p_honest_vs_bound"] = rows["p2p_honest"]["speedup_vs_plain"] / bound
     if all(h in tps for h in HF_ASSISTED):
         ratios["p2p_honest_vs_best_hf_assisted"] = tps["p2p_honest"] / max(tps[h] for h in HF_ASSISTED)
     return {k: round(v, 3) for k, v in ratios.items()}
