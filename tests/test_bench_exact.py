@@ -74,7 +74,7 @@ def test_the_transformers_baselines_are_left_out_for_an_exact_target(exact_dir):
 def test_bench_p2p_judges_a_mode_that_drafted_under_a_token_a_round_without_a_bound():
     """A deadline too short for the drafter leaves rounds with no draft: α cannot be fitted, so there is
     no S bound (bench-p2p once died on it), and the other ratios are still reported."""
-    from node.lab.bench_p2p import _ratios, speedup_bound
+    from node.lab.bench_p2p import mode_ratios, speedup_bound
 
     costs = {"cost_c": 0.35, "t_target_1_ms": 50.0}
     starved = {"mean_draft_length": 0.03, "mean_accepted_length": 1.01, "target_pass_ms_per_round": 51.0}
@@ -83,4 +83,4 @@ def test_bench_p2p_judges_a_mode_that_drafted_under_a_token_a_round_without_a_bo
     assert speedup_bound(fed, costs)["bound"] > 1
     rows = {m: {"tokens_per_second": 20.0, "speedup_vs_plain": 1.0} for m in ("plain", "local", "p2p_hostile")}
     rows |= {m: {"tokens_per_second": 22.0, "speedup_vs_plain": 1.1} for m in ("p2p_honest", "p2p_honest_no_overlap")}
-    assert "p2p_honest_vs_bound" not in _ratios(rows, None) and _ratios(rows, 1.1)["p2p_honest_vs_bound"] == 1.0
+    assert "p2p_honest_vs_bound" not in mode_ratios(rows, None) and mode_ratios(rows, 1.1)["p2p_honest_vs_bound"] == 1.0

@@ -275,7 +275,8 @@ def speedup_bound(row: dict, costs: dict) -> dict:
     }
 
 
-def _ratios(rows: dict, bound: float | None) -> dict:
+def mode_ratios(rows: dict, bound: float | None) -> dict:
+    """The ratios between the modes of one temperature, and against the S bound where there is one."""
     tps = {name: row["tokens_per_second"] for name, row in rows.items()}
     ratios = {
         "p2p_honest_vs_local": tps["p2p_honest"] / tps["local"],
@@ -350,7 +351,7 @@ def bench_temperature(
     for row in rows.values():
         row["speedup_vs_plain"] = round(row["tokens_per_second"] / rows["plain"]["tokens_per_second"], 3)
     bound = speedup_bound(rows["p2p_honest"], costs)
-    ratios = _ratios(rows, bound["bound"])
+    ratios = mode_ratios(rows, bound["bound"])
     aims = {k: {"aim": aim, "ratio": ratios[k], "met": ratios[k] >= aim} for k, aim in AIMS.items() if k in ratios}
     market_now = market_snapshot(market, market.targets["hostile"])
     return {
