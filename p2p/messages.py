@@ -30,7 +30,7 @@ from verifier.proposal import MAX_GAMMA
 # (kept in its data dir, so a restarted node keeps its multiaddr), else any free port (p2p.host).
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
-MAX_OPEN_DEADLINE_MS = 60_000  # node.target.config.MAX_DEADLINE_MS
+MAX_OPEN_DEADLINE_MS = 60_000  # the longest draft deadline a target keeps (node.target.config.MAX_DEADLINE_MS)
 # 3.0.0: price, payout address, accepted counts, vouchers; 3.1.0: the open states the target's deadline
 DRAFT_PROTOCOL_ID = "/specmarket/draft/3.1.0"
 GENERATE_PROTOCOL_ID = "/specmarket/generate/1.1.0"  # 1.1.0: answers end at end-of-sequence unless ignore_eos

@@ -24,7 +24,7 @@ from node.chain.keys import OPERATOR_KEY_FILE
 from node.model.kernels import DEFAULT_KERNEL, KERNELS
 from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime.dirs import default_data_dir
-from p2p.messages import DEFAULT_LISTEN, MAX_PRICE_WEI
+from p2p.messages import DEFAULT_LISTEN, MAX_OPEN_DEADLINE_MS, MAX_PRICE_WEI
 from verifier.errors import InvalidParams
 from verifier.proposal import MAX_GAMMA, TARGET_GAMMA
 from verifier.tree import DEFAULT_TREE_NODES, MAX_TREE_NODES
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from node.chain.operator import OperatorConfig
 
 MAX_DRAFTERS = 64
-MAX_DEADLINE_MS = 60_000.0
+MAX_DEADLINE_MS = float(MAX_OPEN_DEADLINE_MS)  # the most a target waits, and the most its open can state
 DEFAULT_HTTP = "127.0.0.1:8000"
 
 # Bounded load (docs/design.md, "Bounded load"): jobs running at once, over HTTP and libp2p together;
