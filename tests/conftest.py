@@ -107,3 +107,26 @@ def real_pair():
 
     named = get_pair("smollm2")
     return load_pair(named.target_dir(), named.draft_dir(), DEFAULT_KERNEL)
+
+
+@pytest.fixture(scope="module")
+def point(portal, pair):
+    """A bare rendezvous point (a host in this process): the target that in-process drafters register
+    with (``InProcessDrafter(portal, tmp, peer_addrs(point)[0], ...)``). A drafter serves sessions only
+    from its own target, so tests that play a hostile target send their frames from this host."""
+    import trio
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from p2p.discovery import RendezvousPoint, drafter_namespace
+    from p2p.host import make_host, parse_listen
+
+    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        host = make_host(create_new_key_pair())
+        async with host.run(listen_addrs=[parse_listen("/ip4/127.0.0.1/tcp/0")]):
+            RendezvousPoint(host, drafter_namespace(pair.fingerprint))
+            task_status.started(host)
+            await trio.sleep_forever()
+
+    host, stop = portal.start(run)
+    yield host
+    stop()

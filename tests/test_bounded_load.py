@@ -306,32 +306,47 @@ def test_a_stalled_stream_closes_its_drafter_sessions(drafted):
     sock.close()
 
 
-def test_a_full_drafter_refuses_and_is_not_benched(portal, attacker, drafted, pair):
+def test_a_full_drafter_refuses_and_is_not_benched(portal, drafted, pair):
+    """Full (its sessions taken by the target's other jobs: here, a cap of 0), the drafter says
+    "busy" in an error frame; the target decodes alone and holds no grudge."""
     target, drafter = drafted
-    info = parse_peer_addr(drafter.addrs[0])
-
-    async def hold(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """The drafter's only session, held open by another peer."""
-        await attacker.connect(info)
-        stream = await attacker.new_stream(info.peer_id, [DRAFT_PROTOCOL_ID])
-        fs = FrameStream(stream, vocab_size=pair.target.vocab_size, allowed=TO_TARGET)
-        await fs.send(Open("held", (0, 5, 9), 1.0, 0, 1.0, 3, 4, 0), 5.0)
-        await fs.receive(SETTLE_S)  # its first draft: the session is open
-        task_status.started()
-        try:
-            await trio.sleep_forever()
-        finally:
-            with trio.CancelScope(shield=True):
-                await fs.close()
-
-    _, release = portal.start(hold)
+    drafter.node.max_sessions = 0
     try:
-        assert drafter.node.sessions == 1
         status, _, raw = complete(target.http, 3)  # the job asks the drafter, which is full
         assert status == 200 and json.loads(raw)["specmarket"]["tokens"] == reference(pair, 3)
         stats = target.node.registry.stats(drafter.peer_id)
         assert (stats.refusals, stats.errors, stats.timeouts, stats.consecutive_failures) == (1, 0, 0, 0)
         assert not target.node.policy.is_benched(stats) and target.node.registry.is_busy(drafter.peer_id)
-        assert drafter.node.sessions == 1  # the held session goes on
     finally:
-        release()
+        drafter.node.max_sessions = 1
+
+
+def test_a_stranger_cannot_take_a_drafters_sessions(portal, attacker, drafted, pair):
+    """The attack of issue 40 §1: a peer that is not the drafter's target opens a session (to use it
+    as a free draft service, or to fill its sessions so that its target is told "busy"). It gets an
+    error frame before any work and takes no session slot; the target's next job drafts with it."""
+    target, drafter = drafted
+    info = parse_peer_addr(drafter.addrs[0])
+    refused_before = target.node.registry.stats(drafter.peer_id).refusals
+
+    async def hold() -> object:
+        await attacker.connect(info)
+        stream = await attacker.new_stream(info.peer_id, [DRAFT_PROTOCOL_ID])
+        fs = FrameStream(stream, vocab_size=pair.target.vocab_size, allowed=TO_TARGET)
+        await fs.send(Open("held", (0, 5, 9), 1.0, 0, 1.0, 3, 4, 0), 5.0)
+        answer = await fs.receive(SETTLE_S)  # old: its first draft, and the session stays open
+        await trio.sleep(0.5)  # held a while: on the old code the drafter's one slot is taken meanwhile
+        sessions = drafter.node.sessions
+        await fs.close()
+        return answer, sessions
+
+    answer, sessions = portal.run(hold)
+    assert isinstance(answer, Error) and "drafts only for the target it registered with" in answer.message
+    assert sessions == 0
+    registry = target.node.registry
+    until(lambda: not registry.is_busy(drafter.peer_id), "the drafter's busy back-off (an earlier test) did not end")
+    proposed = registry.stats(drafter.peer_id).lifetime_proposed
+    status, _, raw = complete(target.http, 5)
+    assert status == 200 and json.loads(raw)["specmarket"]["tokens"] == reference(pair, 5)
+    stats = registry.stats(drafter.peer_id)
+    assert stats.refusals == refused_before and stats.lifetime_proposed > proposed  # it drafted for its target

@@ -24,7 +24,7 @@ from node.chain.challenger import read_receipt_file
 from node.chain.receipts import ReceiptError
 from node.cli.options import ConfigError, load_section
 from p2p.framing import FrameStream
-from p2p.host import parse_peer_addr
+from p2p.host import parse_peer_addr, peer_addrs
 from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, MAX_FRAME_BYTES, TO_CLIENT, TO_TARGET, Draft, Open
 from p2p.messages import Error as ErrorFrame
 from p2p.safe_json import MAX_JSON_DEPTH, TooDeep, loads, nesting_depth
@@ -111,10 +111,8 @@ def test_deeply_nested_generate_frame_gets_an_error_frame_and_the_target_keeps_s
     assert len(complete(target.lines["http"][0], "import os", seed=2, max_tokens=4)["specmarket"]["tokens"]) == 4
 
 
-def test_deeply_nested_draft_protocol_frame_is_dropped_and_the_drafter_keeps_drafting_succeeds(
-    portal, attacker, target, tmp_path
-):
-    drafter = netutil.InProcessDrafter(portal, tmp_path, target.lines["multiaddr"][0], "honest")
+def test_deeply_nested_draft_protocol_frame_is_dropped_and_the_drafter_keeps_drafting_succeeds(portal, point, tmp_path):
+    drafter = netutil.InProcessDrafter(portal, tmp_path, peer_addrs(point)[0], "honest")  # point: a hostile target
     try:
         peer = parse_peer_addr(drafter.addrs[0])
         vocab = drafter.node.model.vocab_size
@@ -122,13 +120,13 @@ def test_deeply_nested_draft_protocol_frame_is_dropped_and_the_drafter_keeps_dra
         wire = _deep_frame({**open_body, "seed": 3, "gamma": 4, "start": 0}, "context")
 
         async def go():
-            await attacker.connect(peer)
-            hostile = await attacker.new_stream(peer.peer_id, [DRAFT_PROTOCOL_ID])
+            await point.connect(peer)
+            hostile = await point.new_stream(peer.peer_id, [DRAFT_PROTOCOL_ID])
             await hostile.write(wire)
             # dropped: nothing comes back, the stream ends (an EOF or a reset is a drop too)
             with trio.fail_after(READ_TIMEOUT_S), contextlib.suppress(BaseLibp2pError):
                 assert await hostile.read(65536) == b""
-            stream = await attacker.new_stream(peer.peer_id, [DRAFT_PROTOCOL_ID])
+            stream = await point.new_stream(peer.peer_id, [DRAFT_PROTOCOL_ID])
             fs = FrameStream(stream, vocab_size=vocab, allowed=TO_TARGET)
             await fs.send(Open("job-ok", (0, 5, 9), 1.0, 0, 1.0, 3, 4, 0), 5.0)
             return await fs.receive(READ_TIMEOUT_S)

@@ -24,7 +24,7 @@ from libp2p.utils.varint import encode_uvarint
 from node.lab.trio_thread import TrioThread
 from node.model.decoding import GenerateConfig, generate
 from p2p.framing import FrameStream
-from p2p.host import make_host, parse_listen, parse_peer_addr
+from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
 from p2p.messages import DRAFT_PROTOCOL_ID, GENERATE_PROTOCOL_ID, TO_TARGET, Draft, Open
 from tests import netutil
 from tests.hostile_frames import OPEN_BODY, REQUEST_BODY, frames_for
@@ -184,21 +184,22 @@ def send_all(portal, host, peer: str, protocol: str, wires: list[bytes]) -> None
 
 
 @pytest.fixture(scope="module")
-def lone_drafter(portal, target, tmp_path_factory):
-    """A drafter whose bootstrap is the target; attacked directly on its draft protocol."""
-    drafter = InProcessDrafter(portal, tmp_path_factory.mktemp("fuzzed"), target.lines["multiaddr"][0], "honest")
+def lone_drafter(portal, point, tmp_path_factory):
+    """A drafter registered with ``point``, a hostile target that attacks it on its draft protocol
+    (a stranger's streams are refused before any frame is read: tests/test_bounded_load.py)."""
+    drafter = InProcessDrafter(portal, tmp_path_factory.mktemp("fuzzed"), peer_addrs(point)[0], "honest")
     yield drafter
     drafter.stop()
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frames=st.lists(frames_for(OPEN_BODY), min_size=1, max_size=3))
-def test_malformed_frames_never_crash_the_drafter(portal, attacker, lone_drafter, frames):
-    send_all(portal, attacker, lone_drafter.addrs[0], DRAFT_PROTOCOL_ID, [wire for _, wire in frames])
+def test_malformed_frames_never_crash_the_drafter(portal, point, lone_drafter, frames):
+    send_all(portal, point, lone_drafter.addrs[0], DRAFT_PROTOCOL_ID, [wire for _, wire in frames])
     assert lone_drafter.node.sessions == 0  # every hostile stream was dropped
 
 
-def test_drafter_still_drafts_and_logs_after_malformed_frames(portal, attacker, lone_drafter, caplog):
+def test_drafter_still_drafts_and_logs_after_malformed_frames(portal, point, lone_drafter, caplog):
     caplog.set_level(logging.INFO, logger="node.drafter.peer")
     peer = lone_drafter.addrs[0]
     vocab = lone_drafter.node.model.vocab_size
@@ -213,7 +214,7 @@ def test_drafter_still_drafts_and_logs_after_malformed_frames(portal, attacker, 
         await fs.close()
         return draft
 
-    draft = portal.run(bad_then_good, attacker)
+    draft = portal.run(bad_then_good, point)
     assert isinstance(draft, Draft) and draft.job == "job-ok" and draft.start == 0 and 1 <= len(draft.tokens) <= 4
     assert any("dropping the stream from" in r.getMessage() and "msgpack" in r.getMessage() for r in caplog.records)
 

@@ -136,22 +136,6 @@ def test_the_target_does_not_dial_a_drafter_that_is_gone(pair_of_nodes):
     assert f"drafter {gone} is not connected; it sits the job out" in after, after[-3000:]
 
 
-@pytest.fixture(scope="module")
-def point(portal, pair):
-    """A bare rendezvous point (a host in this process) for in-process drafters to register with."""
-
-    async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-        host = make_host(create_new_key_pair())
-        async with host.run(listen_addrs=[parse_listen(LOOPBACK)]):
-            RendezvousPoint(host, drafter_namespace(pair.fingerprint))
-            task_status.started(host)
-            await trio.sleep_forever()
-
-    host, stop = portal.start(run)
-    yield host
-    stop()
-
-
 def test_a_session_ends_as_a_failure_when_its_connection_is_lost(portal, point, pair, tmp_path, caplog):
     """The stream closing with its connection (the target died) is a failure; the stream closing
     alone (the job is done) is the end. Both used to read `ended: ... failed: StreamEOF:` at INFO."""

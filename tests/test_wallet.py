@@ -3,15 +3,29 @@ loses a kept voucher. Vouchers are really signed (eth-account); no chain is need
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 
 import pytest
 
 from market.ledger import Ledger
 from node.chain.deployment import dev_address, dev_key
 from node.chain.vouchers import Voucher, escrow_domain, sign_voucher
-from node.drafter.wallet import MAX_UNPAID_JOBS, Wallet, WalletError
+from node.drafter import wallet as wallet_module
+from node.drafter.wallet import (
+    MAX_ACCOUNT_BYTES,
+    MAX_ACCOUNTS,
+    MAX_REASON_CHARS,
+    MAX_UNPAID_JOBS,
+    MAX_WALLET_BYTES,
+    VERDICT_TTL_S,
+    Account,
+    Wallet,
+    WalletError,
+    WalletFull,
+)
 
 OPERATOR, DRAFTER, OTHER = 4, 6, 7
 DOMAIN = escrow_domain(31337, "0x5FbDB2315678afecb367f032d93F642f64180aa3")
@@ -104,10 +118,102 @@ def test_an_escrow_that_cannot_cover_is_refused_until_it_can(wallet):
     assert wallet.refusal(TARGET) is None
 
 
-def test_a_corrupt_wallet_is_an_error_not_an_empty_wallet(tmp_path):
-    (tmp_path / "wallet.json").write_text(json.dumps({"format": 1, "accounts": {"t": {"voucher": "{"}}}))
-    with pytest.raises(WalletError):
-        Wallet.open(tmp_path, None)
+def test_a_corrupt_wallet_is_set_aside_and_its_valid_vouchers_recovered(tmp_path, caplog):
+    """Never an empty wallet in silence, never a lost voucher: the unreadable file is kept under another
+    name, the accounts that still read are recovered, and the error is logged."""
+    good = {"earned_wei": 3 * PRICE, "jobs": 1, "voucher": voucher(3 * PRICE)}
+    text = json.dumps({"format": 1, "accounts": {"bad": {"voucher": "{"}, TARGET: good}})
+    (tmp_path / "wallet.json").write_text(text)
+    with caplog.at_level(logging.ERROR):
+        wallet = Wallet.open(tmp_path, dev_address(DRAFTER))
+    assert list(wallet.accounts) == [TARGET] and wallet.account(TARGET).voucher_wei() == 3 * PRICE
+    (aside,) = tmp_path.glob("wallet.json.unreadable-*")
+    assert aside.read_text() == text
+    assert "cannot read the wallet" in caplog.text and "1 accounts (1 with a voucher) were recovered" in caplog.text
+    assert Wallet.open(tmp_path, None).accounts == wallet.accounts  # the rewritten wallet reads
+
+
+def test_a_wallet_past_its_size_bound_still_opens_with_its_vouchers(tmp_path):
+    """The old failure (issue 40 §1): a wallet that grew past MAX_WALLET_BYTES failed the next start,
+    and recovering meant losing the real vouchers. Now the file is set aside and the vouchers kept."""
+    wallet = Wallet.open(tmp_path, dev_address(DRAFTER))
+    wallet.settle(TARGET, "j1", PRICE, 3, voucher(3 * PRICE))
+    data = json.loads((tmp_path / "wallet.json").read_text())
+    junk = {f"peer-{i}": {"jobs": 1, "uncovered": "x" * 200} for i in range(MAX_WALLET_BYTES // 200)}
+    data["accounts"] = {**junk, **data["accounts"]}  # the voucher last, behind more than MAX_ACCOUNTS others
+    (tmp_path / "wallet.json").write_text(json.dumps(data))
+    assert (tmp_path / "wallet.json").stat().st_size > MAX_WALLET_BYTES
+    again = Wallet.open(tmp_path, dev_address(DRAFTER))
+    assert again.account(TARGET).voucher_wei() == 3 * PRICE
+    assert len(again.accounts) <= MAX_ACCOUNTS and (tmp_path / "wallet.json").stat().st_size < MAX_WALLET_BYTES
+
+
+def test_a_maximal_account_fits_so_a_full_wallet_stays_readable():
+    """The bound's arithmetic: an account as large as the wallet keeps (a voucher for 2**256 - 1 wei,
+    a reason of MAX_REASON_CHARS, every count huge) fits MAX_ACCOUNT_BYTES, and MAX_ACCOUNTS of them fit
+    MAX_WALLET_BYTES with the file's indentation. (Old: 4096 accounts of ~1 KB passed 4 MiB.)"""
+    big = (1 << 256) - 1
+    account = Account(dev_address(OPERATOR), big, big, big, big, voucher(big), "x" * MAX_REASON_CHARS, 1e300)
+    assert len(json.dumps(dataclasses.asdict(account))) <= MAX_ACCOUNT_BYTES
+    indented = len(json.dumps({"t" * 64: dataclasses.asdict(account)}, indent=1)) + 8
+    assert MAX_ACCOUNTS * indented < MAX_WALLET_BYTES
+
+
+def test_targets_each_with_a_throwaway_voucher_fill_the_wallet_and_then_are_refused(tmp_path, monkeypatch):
+    """The attack: every new peer id settles a valid voucher signed by a fresh key. Accounts with a
+    voucher are never evicted, so the wallet refuses a newcomer once full (WalletFull), keeps what it
+    holds, and stays readable. (MAX_ACCOUNTS lowered to 4 to run it in a moment.)"""
+    monkeypatch.setattr(wallet_module, "MAX_ACCOUNTS", 4)
+    wallet = Wallet.open(tmp_path, dev_address(DRAFTER))
+    wallet.settle("voucherless", "j", PRICE, 0, "")  # evicted first
+    for i in range(4):
+        signer = 10 + i
+        wallet.settle(f"sybil-{i}", "j", PRICE, 1, voucher(PRICE, signer=signer, operator=signer))
+    assert "voucherless" not in wallet.accounts and len(wallet.accounts) == 4
+    with pytest.raises(WalletFull, match="each with a voucher"):
+        wallet.opened("sybil-4", PRICE)
+    assert Wallet.open(tmp_path, dev_address(DRAFTER)).vouchers() == wallet.vouchers()
+
+
+def test_a_refusal_lapses_and_is_judged_again(wallet):
+    wallet.mark_cover(TARGET, "escrow holds 0 ETH for 0.001 ETH unredeemed")
+    judged = wallet.account(TARGET).judged_at
+    assert wallet.refusal(TARGET, now=judged + VERDICT_TTL_S - 1) is not None
+    assert wallet.lapsed(TARGET, now=judged + VERDICT_TTL_S) and wallet.refusal(TARGET, judged + VERDICT_TTL_S) is None
+    wallet.mark_cover(TARGET, "escrow holds 0 ETH for 0.002 ETH unredeemed")  # judged again: refused anew
+    assert wallet.refusal(TARGET) is not None and not wallet.lapsed(TARGET)
+
+
+def test_an_unpaid_verdict_lapses_for_one_more_job(wallet):
+    for job in range(MAX_UNPAID_JOBS + 1):
+        wallet.settle(TARGET, f"j{job}", PRICE, 4, "")  # never paid
+    judged = wallet.account(TARGET).judged_at
+    later = judged + VERDICT_TTL_S
+    assert wallet.refusal(TARGET) is not None and wallet.refusal(TARGET, now=later) is None
+    wallet.settle(TARGET, "one-more", PRICE, 4, "")  # still unpaid: refused again from now
+    assert wallet.refusal(TARGET) is not None and wallet.account(TARGET).judged_at > judged
+
+
+def test_one_drafter_at_a_time_holds_a_wallet(tmp_path):
+    first = Wallet.open(tmp_path, dev_address(DRAFTER), lock=True)
+    with pytest.raises(WalletError, match="another drafter is running on"):
+        Wallet.open(tmp_path, dev_address(DRAFTER), lock=True)
+    assert Wallet.open(tmp_path, None).accounts == {}  # reading (`drafter redeem`) needs no lock
+    first.close()
+    Wallet.open(tmp_path, dev_address(DRAFTER), lock=True).close()
+
+
+def test_the_directory_is_synced_after_the_rename(wallet, tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    wallet.settle(TARGET, "j1", PRICE, 3, voucher(3 * PRICE))
+    assert synced == [str(tmp_path / "wallet.json.tmp"), str(tmp_path)]
 
 
 def test_the_operators_ledger_signs_the_voucher_the_wallet_keeps(tmp_path, wallet):

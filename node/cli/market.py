@@ -244,6 +244,13 @@ def _drafter_run_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--key-file", type=Path, help="the payout address's private key file (for --redeem-above)")
     p.add_argument(
+        "--min-price",
+        type=int,
+        metavar="WEI",
+        help="refuse a session whose price per accepted draft token is below WEI, before any work "
+        "(default: 1 with --payout, so a drafter that asks to be paid never drafts for free; 0 without)",
+    )
+    p.add_argument(
         "--redeem-above",
         type=int,
         metavar="WEI",

@@ -48,6 +48,15 @@ class DrafterConfig:
     # with --rpc and --key-file, redeem as soon as a target's unredeemed vouchers reach this many wei (0: after
     # every voucher), so an operator that empties its escrow takes at most about one job's pay; None: by hand
     redeem_above: int | None = None
+    # the least price per accepted draft token a session may offer (an ``open`` below it is refused before any
+    # work); None: 1 wei with a payout address (a drafter that asks to be paid drafts for nobody for free), else 0
+    min_price: int | None = None
+
+    @property
+    def min_price_wei(self) -> int:
+        if self.min_price is not None:
+            return self.min_price
+        return 1 if self.payout is not None else 0
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
@@ -69,6 +78,8 @@ class DrafterConfig:
             raise InvalidParams(f"--rpc must be an http:// or https:// URL, got {self.rpc!r}")
         if self.redeem_above is not None and (self.redeem_above < 0 or not self.rpc or self.key_file is None):
             raise InvalidParams("--redeem-above needs --rpc and --key-file, and a number of wei >= 0")
+        if self.min_price is not None and self.min_price < 0:
+            raise InvalidParams(f"--min-price must be a number of wei >= 0, got {self.min_price}")
         from p2p.host import parse_peer_addr  # libp2p: only when a drafter is configured
 
         parse_peer_addr(self.bootstrap)  # fail at start, not on first dial

@@ -36,7 +36,7 @@ from node.drafter.config import DrafterConfig
 from node.drafter.redeem import redeem_voucher
 from node.drafter.session import MS, DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
-from node.drafter.wallet import Wallet, escrow_shortfall
+from node.drafter.wallet import Wallet, WalletFull, escrow_shortfall
 from node.model.adapter import HFCausalLM
 from node.model.loading import load_model_dir, tokenizer_fingerprint
 from node.model.prefix_cache import PrefixCache
@@ -53,13 +53,15 @@ SESSION_IDLE_TIMEOUT_S = 300.0  # a target silent this long has abandoned the jo
 SEND_TIMEOUT_S = 5.0
 MAX_SESSIONS = 32  # sessions at once; one more is refused with an error frame (the target holds no grudge)
 REFUSE_SEND_TIMEOUT_S = 2.0
+RECHECK_TIMEOUT_S = 5.0  # a lapsed escrow verdict's chain check, before a session is served
 LOOKUP_TIMEOUT_S = 5.0  # the target's /health must answer this soon (--target-http)
 MAX_HEALTH_BYTES = 1 << 20
 MAX_LOOKUP_ADDRS = 16
 
 
 class Refused(SpecmarketError):
-    """This drafter does not draft for the target (its wallet says the target does not pay)."""
+    """This drafter does not draft for the target: its wallet says the target does not pay, or the
+    ``open`` offers less than the drafter's --min-price."""
 
 
 def addrs_of(peer_id: ID, texts: list) -> list[multiaddr.Multiaddr]:
@@ -97,10 +99,10 @@ def _log_end(fs: FrameStream, session: DraftSession | None, exc: StreamEnded) ->
         )
 
 
-async def _refuse(fs: FrameStream, reason: str) -> None:
+async def _refuse(fs: FrameStream, reason: str, level: int = logging.WARNING) -> None:
     """Say why in an ``error`` frame: a refusal, not a failure (the target does not bench for it).
-    Full, it is sent without reading the target's ``open``; unpaid, after it."""
-    log.warning("refusing a session from %s: %s", fs.peer_id, reason)
+    To a stranger or full, it is sent without reading the ``open``; unpaid or too cheap, after it."""
+    log.log(level, "refusing a session from %s: %s", fs.peer_id, reason)
     with contextlib.suppress(StreamFailed, InvalidMessage):
         await fs.send(Error(reason), REFUSE_SEND_TIMEOUT_S)
 
@@ -114,9 +116,11 @@ class DrafterNode:
         self.sessions = 0
         self.max_sessions = MAX_SESSIONS
         self.host: IHost | None = None
+        # INVARIANT: draft sessions come from the target this drafter registered with, and from no one else
+        self.target = str(parse_peer_addr(cfg.bootstrap).peer_id)
         self.model.fork().extend([self.tokenizer.eos_token_id])  # warm up: the first forward pass is slow
         self.prefixes = PrefixCache(self.model)  # node.model.prefix_cache
-        self.wallet = Wallet.open(cfg.data_dir, cfg.payout)
+        self.wallet = Wallet.open(cfg.data_dir, cfg.payout, lock=True)  # one drafter per data dir
         self.background: trio.Nursery | None = None  # escrow checks run here (run())
 
     def _new_session(self, msg: Open) -> DraftSession:
@@ -147,11 +151,19 @@ class DrafterNode:
         first = await fs.receive(SESSION_IDLE_TIMEOUT_S)
         if not isinstance(first, Open):
             raise ProtocolViolation(f"expected open, got {type(first).__name__.lower()}")
+        if self.cfg.rpc and self.wallet.lapsed(fs.peer_id):
+            await self._recheck_cover(fs.peer_id)
         if (refusal := self.wallet.refusal(fs.peer_id)) is not None:
             raise Refused(refusal)
+        if first.price_wei < self.cfg.min_price_wei:  # before any work: no fork, no forward pass
+            raise Refused(f"price {first.price_wei} wei per accepted token is below this drafter's minimum "
+                          f"{self.cfg.min_price_wei} wei (--min-price)")  # fmt: skip
         session = self._new_session(first)
         if first.price_wei:
-            self.wallet.opened(fs.peer_id, first.price_wei)
+            try:
+                self.wallet.opened(fs.peer_id, first.price_wei)
+            except WalletFull as exc:
+                raise Refused(str(exc)) from None
             if self.wallet.payout is not None:  # before any draft: the target pays this address
                 await fs.send(Payout(first.job, self.wallet.payout), SEND_TIMEOUT_S)
         log.info(
@@ -208,6 +220,18 @@ class DrafterNode:
         )  # fmt: skip
         if kept is not None and self.cfg.rpc and self.background is not None:
             self.background.start_soon(self._after_voucher, target, kept)
+
+    async def _recheck_cover(self, target: str) -> None:
+        """A lapsed verdict on ``target``'s escrow, judged again against the chain before serving it."""
+        kept = self.wallet.vouchers().get(target)
+        if kept is None or self.cfg.rpc is None:
+            return
+        check = partial(escrow_shortfall, self.cfg.rpc, kept)
+        with trio.move_on_after(RECHECK_TIMEOUT_S):
+            try:
+                self.wallet.mark_cover(target, await trio.to_thread.run_sync(check, abandon_on_cancel=True))
+            except (SpecmarketError, OSError) as exc:
+                log.warning("cannot check %s's escrow again: %s", target, exc)
 
     async def _after_voucher(self, target: str, kept: SignedVoucher) -> None:
         """With --rpc: whether the escrow can pay what is unredeemed, and with --redeem-above, redeem
@@ -286,6 +310,12 @@ class DrafterNode:
 
     async def handle_stream(self, stream: INetStream) -> None:
         fs = FrameStream(stream, vocab_size=self.model.vocab_size, allowed=TO_DRAFTER)
+        if fs.peer_id != self.target:  # a stranger: no session slot, no wallet account, no work
+            await _refuse(
+                fs, f"this drafter drafts only for the target it registered with, {self.target}", logging.INFO
+            )
+            await fs.close()
+            return
         if self.sessions >= self.max_sessions:
             await _refuse(fs, f"busy: {self.sessions} sessions open (at most {self.max_sessions})")
             await fs.close()
@@ -341,16 +371,19 @@ class DrafterNode:
         (then withdraw the registration and return) or until cancelled."""
         self._stopping = trio.Event()
         bootstrap = parse_peer_addr(self.cfg.bootstrap)
-        async with running_host(self.cfg.data_dir, self.cfg.listen) as host, trio.open_nursery() as nursery:
-            self.host = host
-            self.background = nursery
-            host.set_stream_handler(DRAFT_PROTOCOL_ID, self.handle_stream)
-            namespace = drafter_namespace(self.fingerprint)
-            relocate = self.find_target if self.cfg.target_http else None
-            link = PointLink()  # whether the target is gone: said once, by announce or withdraw
-            await nursery.start(partial(announce, relocate=relocate, link=link), host, bootstrap, namespace)
-            log.info("drafter %s (%s) ready", host.get_id(), self.cfg.strategy)
-            task_status.started(peer_addrs(host))
-            await self._stopping.wait()
-            await withdraw(host, bootstrap, namespace, link)  # while the host still runs, so it gets out
-            nursery.cancel_scope.cancel()
+        try:
+            async with running_host(self.cfg.data_dir, self.cfg.listen) as host, trio.open_nursery() as nursery:
+                self.host = host
+                self.background = nursery
+                host.set_stream_handler(DRAFT_PROTOCOL_ID, self.handle_stream)
+                namespace = drafter_namespace(self.fingerprint)
+                relocate = self.find_target if self.cfg.target_http else None
+                link = PointLink()  # whether the target is gone: said once, by announce or withdraw
+                await nursery.start(partial(announce, relocate=relocate, link=link), host, bootstrap, namespace)
+                log.info("drafter %s (%s) ready", host.get_id(), self.cfg.strategy)
+                task_status.started(peer_addrs(host))
+                await self._stopping.wait()
+                await withdraw(host, bootstrap, namespace, link)  # while the host still runs, so it gets out
+                nursery.cancel_scope.cancel()
+        finally:
+            self.wallet.close()  # the data dir is free for the next drafter

@@ -11,15 +11,25 @@ paying costs the drafter at most about one job's pay. A drafter with ``--rpc`` a
 each voucher that the escrow can cover what is unredeemed, and stops drafting for a target whose
 escrow cannot.
 
+A refusal verdict ("unpaid", or "the escrow cannot cover") lapses after ``VERDICT_TTL_S``: the
+drafter then drafts one more job for that target (with ``--rpc`` it first checks the escrow again), so
+an operator that paid up late is served again, and one that did not costs one more job's pay an hour.
+
 The wallet is one JSON file in the drafter's data dir, written atomically (a temporary file, fsync,
-rename) whenever it changes, so a crash never loses a voucher that was kept.
+rename, fsync of the directory) whenever it changes, so a crash never loses a voucher that was kept.
+Its size is bounded whatever peers do: at most ``MAX_ACCOUNTS`` accounts of bounded size (a new
+target beyond that is refused while every account holds a voucher). A running drafter holds a lock on
+it, so two drafters never share one. A file that cannot be read is set aside, never overwritten, and
+the valid vouchers in it are recovered.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,14 +43,25 @@ from verifier.errors import SpecmarketError
 log = logging.getLogger(__name__)
 
 WALLET_FILE = "wallet.json"
+LOCK_FILE = "wallet.lock"
 WALLET_FORMAT = 1
 MAX_UNPAID_JOBS = 1  # short vouchers in a row tolerated (one job's pay may lag, e.g. a crash between jobs)
 MAX_WALLET_BYTES = 4 << 20
-MAX_TARGETS = 4096  # targets remembered; the file stays small
+MAX_ACCOUNT_BYTES = 2048  # one account as JSON: a voucher (<= MAX_VOUCHER_BYTES), a bounded reason, numbers
+# INVARIANT: a full wallet of maximal accounts is still readable: MAX_ACCOUNTS x MAX_ACCOUNT_BYTES (2 MiB, plus
+# the file's indentation) < MAX_WALLET_BYTES (tests/test_wallet.py measures a maximal account)
+MAX_ACCOUNTS = 1024  # targets remembered
+MAX_REASON_CHARS = 240  # why an escrow cannot cover, as kept
+MAX_SALVAGE_BYTES = 64 << 20  # an unreadable wallet larger than this is set aside unread
+VERDICT_TTL_S = 3600.0  # a refusal verdict lapses after this long (wall-clock seconds: it outlives restarts)
 
 
 class WalletError(SpecmarketError):
-    """An unreadable wallet file."""
+    """An unreadable wallet file, or one already in use by another drafter."""
+
+
+class WalletFull(WalletError):
+    """Every one of MAX_ACCOUNTS accounts holds a voucher: a new target cannot be remembered."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +75,7 @@ class Account:
     unpaid_jobs: int = 0  # jobs in a row whose voucher left the drafter short
     voucher: str = ""  # the newest kept voucher, JSON
     uncovered: str = ""  # why the escrow cannot cover the unredeemed vouchers ("" when it can or is unknown)
+    judged_at: float = 0.0  # unix time of the last refusal verdict (unpaid or uncovered): it lapses after a while
 
     def voucher_wei(self) -> int:
         return SignedVoucher.loads(self.voucher).voucher.cumulative_wei if self.voucher else 0
@@ -67,26 +89,50 @@ class Wallet:
     path: Path
     payout: str | None  # this drafter's payout address (None: it asks to be paid nowhere)
     accounts: dict[str, Account] = field(default_factory=dict)  # target peer id -> account
+    lock_fd: int | None = None  # held while a drafter runs on this wallet (open(..., lock=True))
 
     @classmethod
-    def open(cls, data_dir: Path, payout: str | None) -> Wallet:
+    def open(cls, data_dir: Path, payout: str | None, *, lock: bool = False) -> Wallet:
+        """The wallet in ``data_dir``; ``lock``: hold it for this drafter alone (WalletError when another
+        process holds it) until ``close``."""
         path = Path(data_dir) / WALLET_FILE
         wallet = cls(path, to_checksum_address(payout) if payout else None)
+        if lock:
+            wallet.lock_fd = _lock(Path(data_dir))
         if path.exists():
-            wallet.accounts = _read(path)
+            try:
+                wallet.accounts = _read(path)
+            except WalletError as exc:
+                wallet.accounts = _salvage(path, exc)
+                _write(path, wallet.accounts)
         return wallet
+
+    def close(self) -> None:
+        """Release the lock (the wallet is saved at every change: nothing else to do)."""
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # closing the descriptor releases its flock
+            self.lock_fd = None
 
     def account(self, target: str) -> Account:
         return self.accounts.get(target, Account())
 
-    def refusal(self, target: str) -> str | None:
-        """Why this drafter no longer drafts for ``target``; None: it does."""
+    def refusal(self, target: str, now: float | None = None) -> str | None:
+        """Why this drafter no longer drafts for ``target``; None: it does (a verdict older than
+        VERDICT_TTL_S has lapsed: one more job, judged again)."""
         a = self.account(target)
+        if self.lapsed(target, now):
+            return None
         if a.unpaid_jobs > MAX_UNPAID_JOBS:
             return f"unpaid: vouchers short by {a.short_wei()} wei over {a.unpaid_jobs} jobs"
         if a.uncovered:
             return f"unpaid: {a.uncovered}"
         return None
+
+    def lapsed(self, target: str, now: float | None = None) -> bool:
+        """Whether ``target`` has a refusal verdict that has lapsed (to be judged again)."""
+        a = self.account(target)
+        judged = a.unpaid_jobs > MAX_UNPAID_JOBS or bool(a.uncovered)
+        return judged and (time.time() if now is None else now) - a.judged_at >= VERDICT_TTL_S
 
     def opened(self, target: str, price_wei: int) -> None:
         """A session opened at ``price_wei`` per accepted token (kept for the job's settle)."""
@@ -113,6 +159,8 @@ class Wallet:
                 job, target, a.voucher_wei(), a.earned_wei, short, format_ether(short),
             )  # fmt: skip
             a = replace(a, unpaid_jobs=a.unpaid_jobs + 1)
+            if a.unpaid_jobs > MAX_UNPAID_JOBS:
+                a = replace(a, judged_at=time.time())  # refused from now on, for VERDICT_TTL_S
         elif not short:
             a = replace(a, unpaid_jobs=0)
         self._store(target, a)
@@ -136,22 +184,29 @@ class Wallet:
 
     def mark_cover(self, target: str, uncovered: str) -> None:
         """The escrow check's verdict (``""``: the escrow covers the unredeemed vouchers)."""
-        if self.account(target).uncovered != uncovered:
-            if uncovered:
-                log.warning("%s's escrow: %s; not drafting for it", target, uncovered)
-            self._store(target, replace(self.account(target), uncovered=uncovered))
+        uncovered = uncovered[:MAX_REASON_CHARS]
+        a = self.account(target)
+        if uncovered:
+            log.warning("%s's escrow: %s; not drafting for it", target, uncovered)
+            self._store(target, replace(a, uncovered=uncovered, judged_at=time.time()))
+        elif a.uncovered:
+            self._store(target, replace(a, uncovered=""))
 
     def vouchers(self) -> dict[str, SignedVoucher]:
         """Target peer id -> its newest kept voucher."""
         return {t: SignedVoucher.loads(a.voucher) for t, a in self.accounts.items() if a.voucher}
 
     def _store(self, target: str, account: Account) -> None:
+        if target not in self.accounts and len(self.accounts) >= MAX_ACCOUNTS:
+            # forget the oldest target that holds no voucher; none: refuse the newcomer, never a voucher
+            old = next((t for t, a in self.accounts.items() if not a.voucher), None)
+            if old is None:
+                raise WalletFull(
+                    f"the wallet {self.path} remembers {MAX_ACCOUNTS} targets, each with a voucher: "
+                    "redeem them (`specmarket drafter redeem`) and move the wallet aside to serve a new target"
+                )
+            del self.accounts[old]
         self.accounts[target] = account
-        if len(self.accounts) > MAX_TARGETS:  # forget the oldest target that holds no voucher
-            for old, a in self.accounts.items():
-                if not a.voucher and old != target:
-                    del self.accounts[old]
-                    break
         _write(self.path, self.accounts)
 
 
@@ -164,6 +219,59 @@ def _write(path: Path, accounts: dict[str, Account]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)  # atomic: the old wallet or the new one, never half of either
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power loss
+    finally:
+        os.close(dir_fd)
+
+
+def _lock(data_dir: Path) -> int:
+    """An exclusive lock on the data dir's wallet, for one running drafter (released with its fd)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise WalletError(
+            f"another drafter is running on {data_dir} (its wallet is locked): give each drafter its own --data-dir"
+        ) from None
+    return fd
+
+
+def _salvage(path: Path, exc: WalletError) -> dict[str, Account]:
+    """The accounts of an unreadable wallet that still read as accounts, their vouchers valid; the file
+    itself is set aside (renamed, never deleted), so nothing in it is lost."""
+    aside = path.with_name(f"{path.name}.unreadable-{time.time_ns()}")
+    os.replace(path, aside)
+    accounts: dict[str, Account] = {}
+    try:
+        if aside.stat().st_size <= MAX_SALVAGE_BYTES:
+            raw = json.loads(aside.read_text(errors="replace")).get("accounts", {})
+            read = [(str(t), a) for t, f in raw.items() if (a := _account(t, f)) is not None]
+            read.sort(key=lambda item: not item[1].voucher)  # stable: the accounts with a voucher first
+            accounts = dict(read[:MAX_ACCOUNTS])
+    except (OSError, ValueError, AttributeError) as err:
+        log.error("nothing could be recovered from %s: %s", aside, err)
+    log.error(
+        "%s; it is kept as %s, and %d accounts (%d with a voucher) were recovered from it",
+        exc, aside, len(accounts), sum(1 for a in accounts.values() if a.voucher),
+    )  # fmt: skip
+    return accounts
+
+
+def _account(target: object, fields: object) -> Account | None:
+    """One stored account, or None when it does not read as one (or its voucher does not parse)."""
+    try:
+        account = Account(**fields)  # type: ignore[arg-type]
+        if account.voucher:
+            SignedVoucher.loads(account.voucher)
+        if len(json.dumps(asdict(account))) > MAX_ACCOUNT_BYTES or not isinstance(target, str):
+            return None
+        return account
+    except (TypeError, ValueError, VoucherError):
+        return None
 
 
 def _read(path: Path) -> dict[str, Account]:
