@@ -55,6 +55,7 @@ class PolicyConfig:
     min_tokens_to_judge: int = 64  # no verdict on a drafter's match rate before this many proposed tokens
     min_match_rate: float = 0.05  # judged drafters below this match rate are benched
     max_consecutive_failures: int = 2  # this many timeouts/errors in a row bench the drafter
+    max_untried_refusals: int = 2  # this many refusals ("busy") in a row bench a drafter not yet judged
     bench_base_s: float = 30.0  # length of the first bench; each further bench doubles it...
     bench_max_s: float = 600.0  # ...up to this cap
     latency_budget_ms: float = DEFAULT_DEADLINE_MS  # per-round draft deadline the target uses
@@ -66,6 +67,7 @@ class PolicyConfig:
             "min_tokens_to_judge: int >= 1": _is_int(self.min_tokens_to_judge) and self.min_tokens_to_judge >= 1,
             "max_consecutive_failures: int >= 1": _is_int(self.max_consecutive_failures)
             and self.max_consecutive_failures >= 1,
+            "max_untried_refusals: int >= 1": _is_int(self.max_untried_refusals) and self.max_untried_refusals >= 1,
             "0 <= min_match_rate < 1": _is_real(self.min_match_rate) and 0 <= self.min_match_rate < 1,
             "0 < explore_match_rate <= 1": _is_real(self.explore_match_rate) and 0 < self.explore_match_rate <= 1,
             "0 < bench_base_s <= bench_max_s": _is_real(self.bench_base_s)
@@ -113,6 +115,9 @@ class Policy:
         cfg = self.config
         if s.consecutive_failures >= cfg.max_consecutive_failures:
             return f"{s.consecutive_failures} consecutive timeouts/errors"
+        # INVARIANT: a refusal never leaves a peer unjudged for good (it would hold the untried slot)
+        if not self.is_judged(s) and s.consecutive_refusals >= cfg.max_untried_refusals:
+            return f"{s.consecutive_refusals} refusals in a row before it was judged"
         if s.judged_tokens >= cfg.min_tokens_to_judge and s.match_rate < cfg.min_match_rate:
             return f"match rate {s.match_rate:.3f} < {cfg.min_match_rate} over {s.judged_tokens} offered tokens"
         return None
@@ -141,21 +146,26 @@ class Policy:
     def is_judged(self, stats: DrafterStats) -> bool:
         return stats.judged_tokens >= self.config.min_tokens_to_judge
 
-    def select(self, registry: Registry, n: int) -> list[str]:
-        """Up to ``n`` eligible peers to ask for drafts: the judged ones best first, and at most one
-        untried peer, so untried identities, which are free to mint, can never crowd out the best
-        judged drafter; with n = 1 the best judged drafter goes first. The untried slot goes to the
-        least tried (fewest jobs), then the longest waiting (first seen): never by peer id, which a
-        peer can grind, so no identity can take the slot every time (a peer that leaves and
-        registers again keeps its jobs and first sighting: ``Registry.forget``)."""
+    def select(self, registry: Registry, n: int, exclude: Iterable[str] = ()) -> list[str]:
+        """Up to ``n`` eligible peers, not in ``exclude`` (busy, gone), to ask for drafts: the judged
+        ones best first, and at most one untried peer, so untried identities, which are free to mint,
+        can never crowd out the best judged drafter; with n = 1 the best judged drafter goes first.
+        The untried slot goes to the least tried (fewest jobs in its trial window), then the best
+        record (lifetime match rate: a veteran back from a bench before unknown peers, a bad one
+        after them), then the longest waiting (first seen): never by peer id, which a peer can
+        grind, so no identity can take the slot every time (a peer that leaves and registers again
+        keeps its stats and first sighting: ``Registry.forget``), and never by lifetime jobs, which
+        would rank a veteran back from a bench behind every newcomer."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise MarketError(f"n must be a non-negative int, got {n!r}")
-        eligible = self.eligible(registry)
+        out = frozenset(exclude)
+        eligible = [p for p in self.eligible(registry) if p not in out]
         judged = self.rank(registry, [p for p in eligible if self.is_judged(registry.stats(p))], explore=False)
         untried = [p for p in eligible if not self.is_judged(registry.stats(p))]
         untried.sort(
             key=lambda p: (
-                registry.stats(p).jobs,
+                registry.stats(p).window_jobs,
+                -registry.stats(p).lifetime_match_rate,
                 -self._explore_score(registry.stats(p)),
                 registry.info(p).first_seen,
                 p,  # the same first sighting (one clock tick): any fixed order

@@ -65,6 +65,8 @@ class DrafterStats:
     errors: int = 0  # protocol violations, dropped streams
     refusals: int = 0  # sessions it refused because it was full: no failure, only a short busy back-off
     jobs: int = 0
+    window_jobs: int = 0  # jobs in the current trial window: how tried an untried peer is (market.policy)
+    consecutive_refusals: int = 0  # refusals since its last in-time draft (window): an untried one is benched
     latency_ms: float | None = None  # EWMA (alpha 0.2) of the draft round trip; None until a sample
     consecutive_failures: int = 0  # timeouts + errors since the last in-time draft
     benched_until: float = 0.0  # clock time before which the peer is not asked
@@ -111,6 +113,8 @@ class DrafterStats:
         self.matched = 0
         self.waited_s = 0.0
         self.consecutive_failures = 0
+        self.consecutive_refusals = 0
+        self.window_jobs = 0
         self.window_closed = False
 
 
@@ -251,6 +255,7 @@ class Registry:
             s.proposed += proposed
             s.matched += matched
             s.consecutive_failures = 0
+            s.consecutive_refusals = 0
         self._touch(peer_id)
 
     def record_accepted(self, peer_id: str, accepted: int) -> None:
@@ -278,11 +283,14 @@ class Registry:
 
     def record_refusal(self, peer_id: str, reason: str, busy_s: float = BUSY_BACKOFF_S) -> None:
         """The peer refused a session because it is full: neither an error nor a failure (nothing
-        that benches it or lowers its score); it is only left alone for ``busy_s``."""
+        that lowers its score); it is left alone for ``busy_s``, and an untried peer that keeps
+        refusing is benched (``market.policy``: else it would hold the untried slot unjudged)."""
         if not math.isfinite(busy_s) or busy_s < 0:
             raise MarketError(f"busy_s must be finite and >= 0, got {busy_s!r}")
         s = self.stats(peer_id)
         s.refusals += 1
+        if not s.window_closed:
+            s.consecutive_refusals += 1
         s.busy_until = self._clock() + busy_s
         log.debug("drafter %s refused a session: %s", peer_id, str(reason)[:200])
 
@@ -292,7 +300,9 @@ class Registry:
 
     def record_job(self, peer_id: str) -> None:
         """The peer took part in one more job."""
-        self.stats(peer_id).jobs += 1
+        s = self.stats(peer_id)
+        s.jobs += 1
+        s.window_jobs += 1
 
     def _touch(self, peer_id: str) -> None:
         """An answering peer is alive: keep ``prune`` from forgetting it."""

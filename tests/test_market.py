@@ -165,7 +165,8 @@ def test_never_matching_drafter_is_benched_retried_and_benched_longer(
     for _ in range(7):  # 56 < 64 tokens: no verdict yet, and it is still explored
         _draft(reg, policy, "bad", 8, 0)
         _draft(reg, policy, "good", 8, 6)
-    assert policy.select(reg, 2) == ["bad"]  # nothing judged yet: one untried peer per job
+    # nothing judged yet: one untried peer per job, the better record first (lifetime match rate)
+    assert policy.select(reg, 2) == ["good"]
     _draft(reg, policy, "bad", 8, 0)  # 64 tokens, match rate 1/66 < 0.05
     _draft(reg, policy, "good", 8, 6)
     assert policy.eligible(reg) == ["good"] and policy.select(reg, 2) == ["good"]
@@ -456,3 +457,64 @@ def test_departed_peers_are_remembered_for_a_while_and_in_bounded_number(
     clock.advance(registry_module.REMEMBER_DEPARTED_S + 1)
     reg.upsert("d", [])  # remembered, but too long ago
     assert reg.stats("d").jobs == 0
+
+
+def _ask_once(reg: Registry, policy: Policy, clock: FakeClock, refusers: set[str]) -> list[str]:
+    """One job as the target runs it (node.target.market): the policy's choice without the busy
+    peers; a chosen refuser opens its stream (a job) and refuses, as a full drafter does."""
+    busy = {p for p in reg.peers() if reg.is_busy(p)}
+    chosen = [p for p in policy.select(reg, 1 + len(busy)) if p not in busy][:1]  # as the target did before
+    for peer in chosen:
+        reg.record_job(peer)
+        if peer in refusers:
+            reg.record_refusal(peer, "busy: 32 sessions open")
+            policy.update(reg, peer)
+    clock.advance(0.5)  # a short job: every refuser's busy back-off (5 s) outlasts several
+    return chosen
+
+
+def test_refusing_sybils_cannot_hold_the_untried_slot_from_a_veteran_back_from_a_bench(
+    reg: Registry, policy: Policy, clock: FakeClock
+) -> None:
+    """Issue 40 §4: an honest drafter H (50 jobs, its bench over) beside 10 Sybils that refuse every
+    open is selected within 10 selections. Old: the slot went by lifetime jobs (H's 50 against the
+    Sybils' few), and a refusal never judged a Sybil, so H waited about 10 x 50 jobs."""
+    reg.upsert("H", [])
+    for _ in range(50):
+        reg.record_job("H")
+        _draft(reg, policy, "H", 8, 7)
+    for _ in range(2):
+        reg.record_timeout("H")  # a bad moment: benched, and its trial window emptied after the bench
+    policy.update(reg, "H")
+    assert policy.is_benched(reg.stats("H"))
+    clock.advance(policy.config.bench_duration(1) + 1)
+    assert not policy.is_judged(reg.stats("H")) and reg.stats("H").jobs == 50  # untried again, 50 jobs
+    sybils = {f"sybil-{i}" for i in range(10)}
+    for peer in sorted(sybils):
+        reg.upsert(peer, [])
+    chosen = [_ask_once(reg, policy, clock, sybils) for _ in range(10)]
+    assert ["H"] in chosen, chosen
+
+
+def test_an_untried_peer_that_keeps_refusing_is_benched_and_a_judged_one_is_not(
+    reg: Registry, policy: Policy, clock: FakeClock
+) -> None:
+    reg.upsert("judged", [])
+    _draft(reg, policy, "judged", 64, 50)
+    reg.upsert("refuser", [])
+    for peer in ("judged", "refuser"):
+        for _ in range(policy.config.max_untried_refusals):
+            reg.record_refusal(peer, "busy")
+            policy.update(reg, peer)
+    assert not policy.is_benched(reg.stats("judged"))  # a judged drafter that is full is only busy a while
+    s = reg.stats("refuser")
+    assert policy.is_benched(s) and s.bench_reason == "2 refusals in a row before it was judged"
+    clock.advance(policy.config.bench_duration(1) + 1)
+    assert reg.stats("refuser").consecutive_refusals == 0 and reg.stats("refuser").window_jobs == 0  # a fresh trial
+
+
+def test_a_busy_peer_never_takes_the_untried_slot(reg: Registry, policy: Policy) -> None:
+    for peer in ("first", "second"):
+        reg.upsert(peer, [])
+    assert policy.select(reg, 1) == ["first"]
+    assert policy.select(reg, 1, exclude={"first"}) == ["second"]  # old: the slot stayed with the busy one

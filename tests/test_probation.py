@@ -20,6 +20,7 @@ from libp2p.io.msgio import VarIntLengthMsgReadWriter
 from market.ledger import Ledger
 from market.policy import Policy, PolicyConfig
 from market.registry import Registry
+from node.target.engine import TimedModel
 from node.target.market import MarketDrafting
 from p2p.messages import DRAFT_PROTOCOL_ID, MAX_FRAME_BYTES, Draft, encode
 from verifier.params import SamplingParams
@@ -40,10 +41,21 @@ def ledger(tmp_path_factory):
         yield book
 
 
-async def two_rounds(target, drafter, ledger: Ledger, policy: Policy, answer_after_s: float | None, deadline_s: float):
+async def two_rounds(
+    target,
+    drafter,
+    ledger: Ledger,
+    policy: Policy,
+    answer_after_s: float | None,
+    deadline_s: float,
+    passes: TimedModel | None = None,
+    pass_after_s: float = 0.0,
+):
     """The prompt's round, the round at k = 2 (timed), then the round at k = 3, which settles k = 2.
     The drafter answers the advance to k = 2, after ``answer_after_s`` (NEVER: it answers nothing),
-    with a draft whose first token is the one emitted there, and the advance to k = 3 at once."""
+    with a draft whose first token is the one emitted there, and the advance to k = 3 at once.
+    ``passes``: the job's timed target, whose pass for k = 2 (after which its token is out, streamed)
+    runs ``pass_after_s`` after the round returned; None: no pass is run."""
 
     async def drafter_side(stream) -> None:
         reader = VarIntLengthMsgReadWriter(stream, max_msg_size=MAX_FRAME_BYTES)
@@ -63,6 +75,8 @@ async def two_rounds(target, drafter, ledger: Ledger, policy: Policy, answer_aft
     registry.upsert(peer, [])
     drafting = MarketDrafting(target, registry, policy, ledger, deadline_s=deadline_s, max_drafters=1, vocab_size=V)
     async with drafting.job("job-1", SamplingParams(), 1, GAMMA) as proposer:
+        if passes is not None:
+            proposer.watch_passes(passes)
 
         def propose(context: list[int], start: int):
             return proposer.propose(context, start=start, gamma=GAMMA, params=SamplingParams(), seed=1)
@@ -71,6 +85,9 @@ async def two_rounds(target, drafter, ledger: Ledger, policy: Policy, answer_aft
         started = time.perf_counter()
         proposal = await trio.to_thread.run_sync(propose, CONTEXT, START)
         round_s = time.perf_counter() - started
+        if passes is not None:
+            await trio.sleep(pass_after_s)
+            await trio.to_thread.run_sync(passes.extend, CONTEXT)  # the round's pass: EMITTED is out after it
         await trio.to_thread.run_sync(propose, [*CONTEXT, EMITTED], START + 1)
         records = proposer.round_records()
     return proposal, round_s, registry.stats(peer), records
@@ -100,3 +117,24 @@ def test_a_silent_drafter_on_probation_misses_the_round_at_its_deadline_succeeds
     assert proposal.tokens == () and round_s < deadline_s / 2, (proposal, round_s)
     assert (stats.proposed, stats.timeouts) == (0, 1), stats  # judged at the deadline, as any drafter
     assert Policy().on_probation(stats)
+
+
+def test_a_late_draft_that_could_copy_the_stream_never_ends_probation_succeeds(portal, hosts, ledger, pair):
+    """Issue 40 §6: a drafter on probation that answers after the round's pass, when the token emitted
+    there may already be streamed to a client it colludes with (or is), could copy it and leave
+    probation at will. Its answer matches nothing now. Old: its first token matched, probation over."""
+    passes = TimedModel(pair.target.fork())
+    run = (two_rounds, *hosts, ledger, Policy(), ANSWER_AFTER_S, DEADLINE_S, passes, 0.0)
+    proposal, _, stats, _ = portal.run(*run)
+    assert proposal.tokens == () and len(passes.pass_seconds) == 1
+    assert (stats.proposed, stats.matched, stats.timeouts) == (3, 0, 0), stats  # judged as a miss, not a timeout
+    assert Policy().on_probation(stats)
+
+
+def test_a_draft_that_came_before_the_pass_ended_still_ends_probation_succeeds(portal, hosts, ledger, pair):
+    """The control: the same answer, with the round's pass still to come when it arrives."""
+    passes = TimedModel(pair.target.fork())
+    run = (two_rounds, *hosts, ledger, Policy(), ANSWER_AFTER_S, DEADLINE_S, passes, 2 * ANSWER_AFTER_S)
+    _, _, stats, _ = portal.run(*run)
+    assert (stats.proposed, stats.matched) == (3, 1), stats
+    assert not Policy().on_probation(stats)

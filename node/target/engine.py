@@ -216,6 +216,7 @@ class TimedModel:
         self.vocab_size = model.vocab_size
         self.pass_seconds: list[float] = []
         self.pass_widths: list[int] = []  # positions scored by each pass (the first also prefills)
+        self.pass_ended = 0.0  # perf_counter when the last pass ended: its tokens may be out (streamed) since
         self.prior_plain_pass_s = prior_plain_pass_s
 
     def cached(self) -> Sequence[int]:
@@ -232,7 +233,8 @@ class TimedModel:
         try:
             return forward(tokens, *args)
         finally:
-            self.pass_seconds.append(time.perf_counter() - started)
+            self.pass_ended = time.perf_counter()
+            self.pass_seconds.append(self.pass_ended - started)
             self.pass_widths.append(len(tokens))
 
     def keep_path(self, path: Sequence[int]) -> None:
@@ -363,6 +365,7 @@ class Engine:
         if self.cheat is Cheat.DRAFT_MODEL:  # the cheap model answers, the receipt will claim the target
             target, proposer = TimedModel(self.pair.draft.fork()), None
         timer.append(target)
+        reused = len(target.cached())  # the prompt's prefix another job left in the cache (prefix_cache)
         if proposer is not None and hasattr(proposer, "watch_passes"):
             proposer.watch_passes(target)  # the market's wait budget compares against plain passes
         if self.cheat is Cheat.FLIP_TOKEN and on_token is not None:
@@ -381,6 +384,9 @@ class Engine:
             on_token=on_token,
         )
         self.plain_pass_s = target.measured_plain_pass_s() or self.plain_pass_s  # the freshest measurement
+        # a client is told the positions its answer takes, as if nothing were cached: never how long a
+        # prefix its prompt shares with another client's (issue 40 §6)
+        result.stats.target_positions += reused
         if self.cheat is not Cheat.DRAFT_MODEL:
             self.prefixes.keep(cache, len(spec.prompt))
         if self.cheat is Cheat.FLIP_TOKEN:

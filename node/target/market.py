@@ -133,9 +133,8 @@ class MarketDrafting:
         to sits the job out with an error on its record, as a failed dial used to give it (so a dead
         registration cannot keep the untried slot), but without the dial."""
         out = {p for p in self.registry.peers() if self.registry.is_busy(p) or p in self.gone or p in exclude}
-        chosen = [p for p in self.policy.select(self.registry, self.max_drafters + len(out)) if p not in out]
         picked = []
-        for peer in chosen[: self.max_drafters]:
+        for peer in self.policy.select(self.registry, self.max_drafters, exclude=out):
             if self.connected(peer):
                 picked.append(peer)
                 continue
