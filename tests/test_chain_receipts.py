@@ -30,6 +30,7 @@ from node.chain.receipts import (
     quantize,
     receipt_signable,
     recover_receipt_signer,
+    stop_hash,
     verdict_signable,
 )
 from node.chain.store import ReceiptStore
@@ -232,7 +233,7 @@ def test_receipt_json_round_trip_and_rejects_malformed(chain, tmp_path):
     bad_cases = [
         {**good, "format": 1},  # before store nonces: refused, not misread
         {**good, "format": 2},  # before stop tokens: refused, not misread
-        {**good, "format": 4},
+        {**good, "format": 5},
         {**good, "receipt": {k: v for k, v in good["receipt"].items() if k != "store_nonce"}},
         {**good, "receipt": {**good["receipt"], "store_nonce": 2**64}},
         {**good, "signature": "0x1234"},
@@ -246,6 +247,11 @@ def test_receipt_json_round_trip_and_rejects_malformed(chain, tmp_path):
         {**good, "request": {**good["request"], "stop_tokens": [7, 3]}},  # not ascending
         {**good, "request": {**good["request"], "stop_tokens": [3, 3]}},  # duplicates
         {**good, "request": {**good["request"], "stop_tokens": list(range(17))}},  # too many
+        {**good, "request": {**good["request"], "stop_sequences": ["a", "b", "c", "d", "e"]}},  # too many
+        {**good, "request": {**good["request"], "stop_sequences": [""]}},
+        {**good, "request": {**good["request"], "stop_sequences": ["x" * 65]}},  # too long
+        {**good, "request": {**good["request"], "stop_sequences": "\n"}},  # one string: a list of them
+        {**good, "request": {**good["request"], "stop_sequences": [7]}},
         {k: v for k, v in good.items() if k != "request"},
         [good],
     ]
@@ -266,6 +272,44 @@ def test_the_stop_rule_is_part_of_the_request_hash_and_checkable():
     assert ignore.ended_by_rule((5, 9, 5, 5)) and not ignore.ended_by_rule((5, 9))  # runs to max_tokens
     assert stops.ended_by_rule((5, 9)) and stops.ended_by_rule((5, 5, 5, 5)) and stops.ended_by_rule((8,))
     assert not stops.ended_by_rule((5, 9, 5)) and not stops.ended_by_rule((5, 5)) and not stops.ended_by_rule(())
+
+
+def test_a_format_3_receipt_still_reads_as_one_without_stop_sequences(chain, tmp_path):
+    operator, _ = new_operator(chain, tmp_path)
+    signed = operator.sign(request(seed=32), (1, 2))
+    old = signed.to_json()
+    old["format"] = 3
+    del old["request"]["stop_sequences"]
+    assert SignedReceipt.from_json(old) == signed
+
+
+def test_stop_sequences_are_part_of_the_request_hash_as_the_contract_hashes_them(chain):
+    """``stop_hash`` is SpecmarketBond.hashStopRule, read from the deployed contract: tokens alone
+    hash as before stop sequences existed; sequences change the hash, their order too."""
+    cases = [((), ()), ((151643,), ()), ((8, 9), ("\n\n",)), ((8, 9), ("x", "\n\n")), ((), ("é", "END"))]
+    for tokens, sequences in cases:
+        want = bytes(chain.client.call("hashStopRule", (list(tokens), list(sequences))))
+        assert stop_hash(tokens, sequences) == want, (tokens, sequences)
+    plain = RequestSpec.build([1, 2], SamplingParams(), 3, 4, stop_tokens=[9])
+    with_stop = RequestSpec.build([1, 2], SamplingParams(), 3, 4, stop_tokens=[9], stop_sequences=["\n\n"])
+    assert plain.hash() != with_stop.hash() and plain.stop_hash() == hash_tokens([9])
+
+
+def test_a_stop_sequence_ends_the_answer_at_the_token_that_completes_it():
+    """The text of the tokens so far decides: the answer ends with the token whose text completes a
+    stop sequence first; before it, the rule does not end it; past it, it ran on."""
+    vocab = {1: "a", 2: "\n", 3: "b", 4: "\n\nc"}
+
+    def text(tokens) -> str:
+        return "".join(vocab[t] for t in tokens)
+
+    spec = RequestSpec.build([1], SamplingParams(), 3, 8, stop_sequences=["\n\n"])
+    assert spec.end_of((1, 2, 2, 3), text) == 3 and spec.ended_by_rule((1, 2, 2), text)
+    assert not spec.ended_by_rule((1, 2), text) and not spec.ended_by_rule((1, 2, 2, 3), text)  # early; past it
+    assert spec.end_of((1, 4, 3), text) == 2  # completed inside one token's text
+    assert spec.ended_by_rule((1,) * 8, text)  # no stop sequence: max_tokens
+    with pytest.raises(ReceiptError, match="needs the tokenizer"):
+        spec.ended_by_rule((1, 2, 2))
 
 
 def test_quantized_params_are_what_the_receipt_names():

@@ -94,6 +94,9 @@ def check_trust_budget(result: dict) -> None:
         work = episode["referee_work"]  # each referee process re-executed the disputed step itself
         assert len(work) == DEFAULT_THRESHOLD and all(w["seconds"] > 0 for w in work)
         assert all(episode["first_wrong"] < w["target_positions"] < episode["audit_target_positions"] for w in work)
+    stop = result["cheating"]["stop_early"]  # --cheat stop-early: every token right, the end early
+    assert stop["early_end"] and stop["tokens"] == stop["max_tokens"] // 2 and stop["next_token"] is not None
+    assert stop["at_fault"] and stop["bond_after_wei"] == stop["bond_before_wei"] - cfg.slash_amount
     spec, plain = episodes["with_speculation"], episodes["without_speculation"]
     assert spec["draft_tokens_accepted"] > 0 and plain["draft_tokens_accepted"] == 0  # the cheat did speculate
     assert spec["first_wrong"] == plain["first_wrong"] == min(result["setup"]["max_tokens"] // 2, FLIP_AT)
@@ -131,6 +134,8 @@ def check_report(out, result: dict) -> None:
     shown = ", ".join(str(w["target_positions"]) for w in work)
     assert f"| referees' re-execution of the disputed step: positions (each referee) | {shown} | {shown} |" in report
     assert "--quick" in report and "(identical)" in report
+    stopped = result["cheating"]["stop_early"]["tokens"]
+    assert f"An operator that stops early (`--cheat stop-early`) answered {stopped} of" in report
     emitted = sum(r["accepted"] + 1 for r in result["with_speculation"]["rounds"])
     assert "## Draft rounds" in report and f"| all | {len(result['with_speculation']['rounds'])} |" in report
     assert f"| {emitted} |" in report

@@ -284,7 +284,10 @@ BAD_REQUESTS = [
     ({**OK, "best_of": 3}, 400, "best_of"),
     ({**OK, "logprobs": 2}, 400, "logprobs"),
     ({**OK, "echo": True}, 400, "echo"),
-    ({**OK, "stop": ["\n"]}, 400, "stop"),
+    ({**OK, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop"),  # OpenAI: at most 4
+    ({**OK, "stop": "x" * 65}, 400, "stop"),  # a receipt commits to at most 64 bytes each
+    ({**OK, "stop": 5}, 400, "stop"),
+    ({**OK, "stop": ["\n", 5]}, 400, "stop[1]"),
     ({**OK, "suffix": "end"}, 400, "suffix"),
     ({**OK, "model": "gpt-4"}, 404, "model"),
     ({**OK, "model": 7}, 400, "model"),
@@ -505,3 +508,41 @@ def test_client_http_connection_refused():
 def test_client_http_rejects_non_http_urls():
     with pytest.raises(ClientError, match="http://"):
         stream_completion("file:///etc/passwd", PROMPT, max_tokens=2, seed=1, temperature=1.0, top_p=1.0, on_text=print)
+
+
+# --- stop sequences (OpenAI's `stop`) ---------------------------------------------------------
+
+
+def test_a_stop_sequence_ends_the_answer_and_is_left_out_of_its_text(servers, reference, pair):
+    """The answer is plain decoding's up to the token whose text completes the first stop sequence
+    (a prefix of the answer without it), its text ends before the sequence, finish_reason is
+    "stop", and the receipt-ready request names the sequence; streamed, the text is the same."""
+    full = reference(n=24)
+    text = full["text"]
+    stop = text[len(text) // 2 : len(text) // 2 + 2]  # two characters from the middle of the answer
+    assert stop and stop in text
+    client = sync_client(servers.url)
+    resp = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, seed=7, stop=stop)
+    ext = resp.model_extra["specmarket"]
+    n = len(ext["tokens"])
+    assert 0 < n < 24 and ext["tokens"] == full["tokens"][:n]
+    assert stop in pair.tokenizer.decode(ext["tokens"]) and stop not in pair.tokenizer.decode(ext["tokens"][:-1])
+    assert resp.choices[0].text == text[: text.find(stop)] and resp.choices[0].finish_reason == "stop"
+    chunks = [c.to_dict() for c in client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, seed=7,
+                                                             stop=[stop, "never seen"], stream=True)]  # fmt: skip
+    assert "".join(c["choices"][0]["text"] for c in chunks) == resp.choices[0].text
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_stop_sequence_never_met_runs_to_max_tokens(servers, reference, pair):
+    resp = sync_client(servers.url).completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, seed=7, stop=["\u2603\u2603", "never seen"]
+    )
+    check_full_answer(resp.choices[0].text, resp.model_extra["specmarket"], reference(), pair)
+    assert resp.choices[0].finish_reason == "length"
+
+
+def test_chat_accepts_stop(servers):
+    body = {"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 8, "seed": 3, "stop": "e"}
+    status, answer = post_json(servers.url, body, "/v1/chat/completions")
+    assert status == 200 and "e" not in answer["choices"][0]["message"]["content"]

@@ -29,6 +29,9 @@ from verifier.verify import Rule, Verdict, sample_token, verify
 log = logging.getLogger(__name__)
 
 TokenCallback = Callable[[Sequence[int]], None]
+# (the output so far, the length before this round's tokens) -> the length at which a stop rule that
+# needs more than token ids (stop sequences: the answer's text) ends the answer, or None
+StopAt = Callable[[Sequence[int], int], int | None]
 
 
 class Proposer(Protocol):
@@ -98,11 +101,20 @@ def _check_args(prompt: Sequence[int], max_new_tokens: int, gamma: int = 0) -> N
         raise InvalidParams(f"gamma must be in [0, {MAX_GAMMA}], got {gamma}")
 
 
-def _emit(out: list[int], new: Sequence[int], stop_tokens: Collection[int], on_token: TokenCallback | None) -> bool:
-    """Append ``new`` to ``out`` up to and including its first stop token; True when decoding must stop."""
-    end = next((i for i, t in enumerate(new) if t in stop_tokens), None)
+def _emit(
+    out: list[int],
+    new: Sequence[int],
+    stop_tokens: Collection[int],
+    on_token: TokenCallback | None,
+    stop_at: StopAt | None = None,
+) -> bool:
+    """Append ``new`` to ``out`` up to and including its first stop token, or the token at which
+    ``stop_at`` ends the answer; True when decoding must stop."""
+    end = next((i + 1 for i, t in enumerate(new) if t in stop_tokens), None)
+    if stop_at is not None and (at := stop_at([*out, *new[:end]], len(out))) is not None:
+        end = at - len(out)
     if end is not None:
-        new = new[: end + 1]
+        new = new[:end]
     out.extend(new)
     if on_token is not None and new:
         on_token(new)
@@ -118,6 +130,7 @@ def decode_plain(
     max_new_tokens: int,
     stop_tokens: Collection[int] = (),  # end at the first of these (the model's end of sequence)
     on_token: TokenCallback | None = None,
+    stop_at: StopAt | None = None,  # and where this says (stop sequences)
 ) -> DecodeResult:
     """The reference: one target pass per token, y_k = sample_token(logits, params, seed, k)."""
     _check_args(prompt, max_new_tokens)
@@ -127,7 +140,7 @@ def decode_plain(
         stats.target_passes += 1
         stats.target_positions += positions
         stats.accepted_per_round.append(0)
-        if _emit(out, [sample_token(logits[-1], params, seed, len(out))], stop_tokens, on_token):
+        if _emit(out, [sample_token(logits[-1], params, seed, len(out))], stop_tokens, on_token, stop_at):
             break
     return DecodeResult(tuple(out), stats)
 
@@ -177,6 +190,7 @@ def decode_speculative(
     rule: Rule = Rule.GUMBEL,
     stop_tokens: Collection[int] = (),  # end at the first of these (the model's end of sequence)
     on_token: TokenCallback | None = None,
+    stop_at: StopAt | None = None,  # and where this says (stop sequences)
 ) -> DecodeResult:
     """Speculative decoding: each round drafts γ tokens (or a tree of drafts, each branch up to γ
     deep) and verifies them in one target pass."""
@@ -192,7 +206,7 @@ def decode_speculative(
         stats.draft_tokens_proposed += len(draft.tokens)
         stats.draft_tokens_accepted += verdict.n_accepted
         stats.accepted_per_round.append(verdict.n_accepted)
-        if _emit(out, verdict.tokens, stop_tokens, on_token):
+        if _emit(out, verdict.tokens, stop_tokens, on_token, stop_at):
             break
     return DecodeResult(tuple(out), stats)
 
@@ -209,10 +223,12 @@ def decode(
     rule: Rule = Rule.GUMBEL,
     stop_tokens: Collection[int] = (),  # end at the first of these (the model's end of sequence)
     on_token: TokenCallback | None = None,
+    stop_at: StopAt | None = None,  # and where this says (stop sequences)
 ) -> DecodeResult:
     """Plain decoding without a proposer, speculative decoding with one: the single place where
     that choice is made (generate, the engine, the benchmarks and the sweep all come through here)."""
     common = dict(params=params, seed=seed, max_new_tokens=max_new_tokens, stop_tokens=stop_tokens, on_token=on_token)
+    common["stop_at"] = stop_at
     if proposer is None:
         return decode_plain(target, prompt, **common)
     return decode_speculative(target, proposer, prompt, gamma=gamma, rule=rule, **common)

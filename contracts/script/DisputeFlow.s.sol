@@ -71,7 +71,8 @@ contract DisputeFlow is DevScript {
     function _challengeOnce(uint256 promptLen, uint256 outputLen, uint64 seed) internal returns (uint256) {
         uint32[] memory prompt = TestUtils.tokens(seed, promptLen);
         uint32[] memory output = TestUtils.tokens(seed + 100, outputLen);
-        SpecmarketBond.SamplingParams memory p = SpecmarketBond.SamplingParams(seed, 700_000, 50, 900_000, 1024, keccak256(""));
+        SpecmarketBond.SamplingParams memory p =
+            SpecmarketBond.SamplingParams(seed, 700_000, 50, 900_000, 1024, keccak256(""));
         return _submit(prompt, p, output);
     }
 

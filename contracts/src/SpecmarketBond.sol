@@ -33,8 +33,11 @@ import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 ///    i.e. keccak256 over each token as a 32-byte big-endian word (array elements are padded in
 ///    `abi.encodePacked`), with no length prefix; an empty array hashes to keccak256("").
 ///  - `requestHash = keccak256(abi.encode(REQUEST_TYPEHASH, promptHash, seed, temperatureMicros,
-///    topK, topPMicros, maxTokens, stopHash))`; `stopHash` hashes the request's stop tokens like a
-///    prompt (ascending, distinct): the answer ends at the first of them, or at `maxTokens`.
+///    topK, topPMicros, maxTokens, stopHash))`; `stopHash` is `hashStopRule`: the request's stop
+///    tokens hashed like a prompt (ascending, distinct), combined with its stop sequences' hashes
+///    when it has any: the answer ends at the first stop token, at the first token whose text
+///    completes a stop sequence, or at `maxTokens`; ending anywhere else is challengeable
+///    (`challengeEnd`).
 ///  - receipts and verdicts are EIP-712 typed data in the domain ("SpecmarketBond", "1", chainid,
 ///    address(this)).
 contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
@@ -59,9 +62,9 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     }
 
     /// @notice Sampling parameters of a request; fixed-point values are in millionths. `stopHash`
-    ///         commits to the stop rule: `keccak256(abi.encodePacked(uint32[] stopTokens))`, the
-    ///         model's end-of-sequence tokens the answer ends at (`keccak256("")`: none, the answer
-    ///         runs to `maxTokens`).
+    ///         commits to the stop rule (`hashStopRule` of a `StopRule`): the model's end-of-sequence
+    ///         tokens and the request's stop sequences (`keccak256("")`: none, the answer runs to
+    ///         `maxTokens`).
     struct SamplingParams {
         uint64 seed;
         uint32 temperatureMicros;
@@ -69,6 +72,14 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         uint32 topPMicros;
         uint32 maxTokens;
         bytes32 stopHash;
+    }
+
+    /// @notice The stop rule a request's `stopHash` commits to (`hashStopRule`): the answer ends at the
+    ///         first of `tokens` (the model's end-of-sequence tokens), or at the first token whose text
+    ///         completes one of `sequences` (OpenAI's `stop`), or at `maxTokens`.
+    struct StopRule {
+        uint32[] tokens;
+        string[] sequences;
     }
 
     /// @notice Lifecycle of a wrong-token challenge. `None` marks an id that was never used.
@@ -163,6 +174,11 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         "Verdict(uint256 challengeId,bytes32 receiptDigest,uint32 position,address challenger,bool operatorAtFault)"
     );
 
+    /// @notice Most stop tokens, stop sequences, and bytes in one stop sequence a stop rule holds.
+    uint256 public constant MAX_STOP_TOKENS = 16;
+    uint256 public constant MAX_STOP_SEQUENCES = 4;
+    uint256 public constant MAX_STOP_SEQUENCE_BYTES = 64;
+
     /// @notice Denominator of `challengerRewardBps`.
     uint256 public constant BPS = 10_000;
 
@@ -245,6 +261,9 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         uint32[] prompt,
         uint32[] output
     );
+    /// @notice Challenge `id` (opened at the answer's end, `position` = its length) says the answer
+    ///         stopped early: before `maxTokens`, and not where `stop` ends it. Referees judge it.
+    event EndChallenged(uint256 indexed id, StopRule stop);
     event ChallengeResolved(uint256 indexed id, address indexed operator, bool operatorAtFault, uint256 slashed);
     event ChallengeExpired(uint256 indexed id, address indexed challenger, uint256 refunded);
     event EquivocationProven(
@@ -308,6 +327,10 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
     error OutputHashMismatch(bytes32 computed, bytes32 receipt);
     error TokenCountMismatch(uint256 outputLength, uint32 tokenCount);
     error PositionOutOfRange(uint32 position, uint256 outputLength);
+    error StopHashMismatch(bytes32 computed, bytes32 committed);
+    error StopRuleTooLarge(uint256 tokens, uint256 sequences, uint256 longestSequenceBytes);
+    error AnswerReachedMaxTokens(uint256 outputLength, uint32 maxTokens);
+    error EndedByStopToken(uint32 token);
     error ReceiptFromFuture(uint64 issuedAt, uint256 nowTs);
     error ChallengeWindowClosed(uint64 issuedAt, uint256 windowEnd, uint256 nowTs);
     error ReceiptAlreadySlashed(bytes32 receiptDigest);
@@ -591,21 +614,54 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         // INVARIANT: every challenge posts exactly challengerBond.
         if (msg.value != challengerBond) revert WrongChallengerBond(msg.value, challengerBond);
         bytes32 digest = _checkChallengeable(r, sig);
-        _checkDisputedData(r, prompt, params, output, position);
-
-        id = nextChallengeId++;
-        // The bond is not stored: it is msg.value == challengerBond, an immutable.
-        _challenges[id] = ChallengeRecord({
-            challenger: msg.sender,
-            refereeEpoch: refereeEpoch,
-            operator: r.operator,
-            createdAt: uint48(block.timestamp),
-            position: position,
-            status: ChallengeStatus.Open,
-            receiptDigest: digest
-        });
-        ++_operators[r.operator].openChallenges;
+        _checkDisputedData(r, prompt, params, output);
+        if (position >= output.length) revert PositionOutOfRange(position, output.length);
+        id = _record(r.operator, digest, position);
         emit ChallengeOpened(id, r.operator, msg.sender, digest, r.modelHash, position, params, prompt, output);
+    }
+
+    /// @notice Challenges where a receipted answer ends: it stopped before `maxTokens` and not where
+    ///         its stop rule ends it (issue: an operator that stops early and charges for the answer).
+    ///         `stop` must be the rule the request committed to (`params.stopHash`). An answer that
+    ///         reached `maxTokens`, or whose last token is a stop token, ended by the rule: refused
+    ///         here. Whether its text completes a stop sequence is the referees' call (it needs the
+    ///         tokenizer). Opened at position = the answer's length, posting `challengerBond`, and
+    ///         resolved like any challenge.
+    /// @return id The new challenge's id.
+    function challengeEnd(
+        Receipt calldata r,
+        bytes calldata sig,
+        uint32[] calldata prompt,
+        SamplingParams calldata params,
+        uint32[] calldata output,
+        StopRule calldata stop
+    ) external payable returns (uint256 id) {
+        // INVARIANT: every challenge posts exactly challengerBond.
+        if (msg.value != challengerBond) revert WrongChallengerBond(msg.value, challengerBond);
+        bytes32 digest = _checkChallengeable(r, sig);
+        _checkDisputedData(r, prompt, params, output);
+        _checkEarlyEnd(params, output, stop);
+        // output.length == r.tokenCount, a uint32 (_checkDisputedData)
+        // forge-lint: disable-next-line(unsafe-typecast)
+        id = _record(r.operator, digest, uint32(output.length));
+        emit ChallengeOpened(
+            id, r.operator, msg.sender, digest, r.modelHash, uint32(output.length), params, prompt, output
+        );
+        emit EndChallenged(id, stop);
+    }
+
+    /// @notice The hash a request's `stopHash` holds for `stop`: `keccak256(abi.encodePacked(tokens))`
+    ///         when it has no sequences (as before stop sequences existed), else
+    ///         `keccak256(abi.encode(that, keccak256(abi.encodePacked(keccak256(bytes(s)) for s))))`.
+    function hashStopRule(StopRule calldata stop) public pure returns (bytes32) {
+        bytes32 tokensHash = _hashTokens(stop.tokens);
+        uint256 n = stop.sequences.length;
+        if (n == 0) return tokensHash;
+        bytes32[] memory each = new bytes32[](n);
+        for (uint256 i; i < n; ++i) {
+            each[i] = keccak256(bytes(stop.sequences[i]));
+        }
+        return keccak256(abi.encode(tokensHash, keccak256(abi.encodePacked(each))));
     }
 
     /// @notice Closes an open challenge with a referee quorum's verdict. Anyone may submit it.
@@ -833,15 +889,55 @@ contract SpecmarketBond is EIP712, Ownable2Step, ReentrancyGuard {
         Receipt calldata r,
         uint32[] calldata prompt,
         SamplingParams calldata params,
-        uint32[] calldata output,
-        uint32 position
+        uint32[] calldata output
     ) internal pure {
         bytes32 requestHash = _hashRequest(prompt, params);
         if (requestHash != r.requestHash) revert RequestHashMismatch(requestHash, r.requestHash);
         bytes32 outputHash = _hashTokens(output);
         if (outputHash != r.outputHash) revert OutputHashMismatch(outputHash, r.outputHash);
         if (output.length != r.tokenCount) revert TokenCountMismatch(output.length, r.tokenCount);
-        if (position >= output.length) revert PositionOutOfRange(position, output.length);
+    }
+
+    /// @dev An end challenge names the committed stop rule, and an answer the rule cannot have ended.
+    function _checkEarlyEnd(SamplingParams calldata params, uint32[] calldata output, StopRule calldata stop)
+        internal
+        pure
+    {
+        uint256 longest;
+        for (uint256 i; i < stop.sequences.length; ++i) {
+            uint256 len = bytes(stop.sequences[i]).length;
+            if (len > longest) longest = len;
+        }
+        if (
+            stop.tokens.length > MAX_STOP_TOKENS || stop.sequences.length > MAX_STOP_SEQUENCES
+                || longest > MAX_STOP_SEQUENCE_BYTES
+        ) revert StopRuleTooLarge(stop.tokens.length, stop.sequences.length, longest);
+        bytes32 computed = hashStopRule(stop);
+        if (computed != params.stopHash) revert StopHashMismatch(computed, params.stopHash);
+        // INVARIANT: an answer that ran to maxTokens ended by the rule, however its text ends.
+        if (output.length >= params.maxTokens) revert AnswerReachedMaxTokens(output.length, params.maxTokens);
+        if (output.length == 0) return; // nothing emitted before maxTokens: only the referees' re-execution can say
+        uint32 last = output[output.length - 1];
+        for (uint256 i; i < stop.tokens.length; ++i) {
+            // INVARIANT: an answer whose last token is a stop token ended by the rule.
+            if (stop.tokens[i] == last) revert EndedByStopToken(last);
+        }
+    }
+
+    /// @dev Stores an open challenge of `operator`'s receipt `digest` at `position`.
+    function _record(address operator, bytes32 digest, uint32 position) internal returns (uint256 id) {
+        id = nextChallengeId++;
+        // The bond is not stored: it is msg.value == challengerBond, an immutable.
+        _challenges[id] = ChallengeRecord({
+            challenger: msg.sender,
+            refereeEpoch: refereeEpoch,
+            operator: operator,
+            createdAt: uint48(block.timestamp),
+            position: position,
+            status: ChallengeStatus.Open,
+            receiptDigest: digest
+        });
+        ++_operators[operator].openChallenges;
     }
 
     /// @dev Reverts unless `sigs` hold >= set.threshold signatures of `digest` by distinct

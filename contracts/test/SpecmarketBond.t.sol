@@ -575,7 +575,8 @@ contract SpecmarketBondTest is BondFixture {
     function test_hashRequest_knownAnswer_succeeds() public view {
         assertEq(bond.hashOutput(_katPrompt()), KAT_PROMPT_HASH, "promptHash");
         assertEq(bond.hashOutput(_katStops()), KAT_STOP_HASH, "stopHash");
-        SpecmarketBond.SamplingParams memory p = SpecmarketBond.SamplingParams(42, 700_000, 50, 900_000, 16, KAT_STOP_HASH);
+        SpecmarketBond.SamplingParams memory p =
+            SpecmarketBond.SamplingParams(42, 700_000, 50, 900_000, 16, KAT_STOP_HASH);
         assertEq(bond.hashRequest(_katPrompt(), p), KAT_REQUEST_HASH, "requestHash");
         assertEq(
             bond.REQUEST_TYPEHASH(),

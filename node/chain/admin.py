@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from node.chain.deployment import (
 from node.chain.escrow import EscrowClient, deploy_escrow, escrow_lines, escrow_status
 from node.chain.keys import read_key
 from node.chain.referee import Referee
+from node.model.decoding import text_of
 from node.model.loading import load_model_dir, model_hash
 
 log = logging.getLogger(__name__)
@@ -198,7 +200,7 @@ def open_referee(chain: ChainConfig, cfg: RefereeConfig) -> Referee:
     keys = role_keys(cfg.key_files, client.domain.chain_id, DEV_REFEREES, "referee")
     model, tokenizer = load_model_dir(cfg.target_dir, "target")
     model.fork().extend([tokenizer.eos_token_id])
-    return Referee(client, keys, model, model_hash(cfg.target_dir), cfg.pool)
+    return Referee(client, keys, model, model_hash(cfg.target_dir), cfg.pool, partial(text_of, tokenizer))
 
 
 def run_challenge(
@@ -210,9 +212,12 @@ def run_challenge(
     signed = read_receipt_file(cfg.receipt)
     client = bond_client(chain)
     key = role_key(cfg.key_file, client.domain.chain_id, DEV_CHALLENGER, "challenger")
-    model, _ = load_model_dir(cfg.target_dir, "target")
+    model, tokenizer = load_model_dir(cfg.target_dir, "target")
     committed = model_hash(cfg.target_dir)
-    report = challenge_receipt(client, key, model, committed, signed, force_position=cfg.position, force=cfg.force)
+    text = partial(text_of, tokenizer)
+    report = challenge_receipt(
+        client, key, model, committed, signed, force_position=cfg.position, force=cfg.force, text=text
+    )
     result = report.to_json()
     if report.challenge_id is not None and on_opened is not None:
         on_opened(result)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node.chain import ChainError
-from node.chain.audit import Audit, audit_answer, check_model, judge_step, judged_exactly
+from node.chain.audit import Audit, TextOf, audit_answer, check_model, judge_step, judged_exactly
 from node.chain.client import BondClient
 from node.chain.deployment import format_ether
 from node.chain.receipts import CLOCK_SLACK_S, ReceiptError, SignedReceipt
@@ -35,8 +35,10 @@ class ChallengeReport:
     def to_json(self) -> dict:
         a = self.audit
         return {
-            "correct": a.first_wrong is None,
+            "correct": a.first_wrong is None and not a.early_end,
             "first_wrong": a.first_wrong,
+            "early_end": a.early_end,
+            "next_token": a.next_token,
             "margin": a.margin,
             "tokens_checked": a.tokens_checked,
             "target_positions": a.target_positions,
@@ -78,18 +80,30 @@ def challenge_receipt(
     *,
     force_position: int | None = None,
     force: bool = False,
+    text: TextOf | None = None,
 ) -> ChallengeReport:
-    """Audit ``signed``; submit a challenge at its first wrong token, or spend nothing if it is correct.
+    """Audit ``signed``; submit a challenge at its first wrong token, or at its end when every token is
+    right but it stopped early (``challengeEnd``), or spend nothing if it is correct.
 
     ``force_position`` challenges that position instead. Where the token there is inside the band,
     that challenge is certain to fail and is refused (``CertainLoss``) before anything is sent,
     unless ``force`` (a deliberately false challenge, for tests and the demo: it loses its bond).
+    ``text``: the tokenizer's text, to judge where stop sequences end an answer.
     """
     signed.check()
     check_domain(signed, client)
     check_model(signed.receipt.model_hash, model_hash, "challenger")
-    audit = audit_answer(model, signed)
+    audit = audit_answer(model, signed, text)
     position = audit.first_wrong if force_position is None else force_position
+    if position is None and audit.early_end:
+        wait_until_issued(client, signed)
+        challenge_id, tx = client.challenge_end(key, signed)
+        log.info(
+            "end challenge %d opened: the answer stopped after %d of at most %d tokens where its stop rule does "
+            "not end it (the target's next token: %s; gas %d)",
+            challenge_id, len(signed.output), signed.request.max_tokens, audit.next_token, tx.gas_used,
+        )  # fmt: skip
+        return ChallengeReport(audit, challenge_id, len(signed.output), tx.gas_used)
     if position is None:
         rule = "are the target's own" if judged_exactly(model) else "are within the tolerance band"
         log.info("receipt correct: all %d tokens %s; nothing submitted", audit.tokens_checked, rule)

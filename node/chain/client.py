@@ -136,6 +136,32 @@ class BondClient(ContractClient):
         (opened,) = self.decode_events(tx, "ChallengeOpened")
         return int(opened["id"]), tx
 
+    def challenge_end(self, key: bytes | str, signed: SignedReceipt) -> tuple[int, TxResult]:
+        """Open an end challenge (the answer stopped early), posting the configured challenger bond."""
+        request = signed.request
+        tx = self.send(
+            key,
+            "challengeEnd",
+            signed.receipt.as_tuple(),
+            signed.signature,
+            list(request.prompt),
+            request.params_tuple(),
+            list(signed.output),
+            (list(request.stop_tokens), list(request.stop_sequences)),
+            value=self.call("challengerBond"),
+        )
+        (opened,) = self.decode_events(tx, "ChallengeOpened")
+        return int(opened["id"]), tx
+
+    def end_rule(self, challenge_id: int, block: int) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+        """The stop rule an end challenge named (its ``EndChallenged`` event, in the block that opened
+        it); None for a wrong-token challenge."""
+        for event in self.events("EndChallenged", from_block=block, to_block=block, id=challenge_id):
+            stop = event["stop"]
+            tokens, sequences = (stop["tokens"], stop["sequences"]) if hasattr(stop, "keys") else stop
+            return tuple(int(t) for t in tokens), tuple(str(s) for s in sequences)
+        return None
+
     def resolve(self, key: bytes | str, challenge_id: int, at_fault: bool, sigs: dict[str, bytes]) -> TxResult:
         """Submit a verdict with referee signatures keyed by signer (sent in ascending signer order)."""
         ordered = [sigs[a] for a in sorted(sigs, key=lambda a: int(a, 16))]

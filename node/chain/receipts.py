@@ -4,9 +4,12 @@ Hashing (the contract's NatSpec and contracts/README.md state the same):
 - a token list hashes to keccak256 over each token as one 32-byte big-endian word, no length prefix
   (Solidity's ``abi.encodePacked(uint32[])``);
 - ``requestHash = keccak256(abi.encode(REQUEST_TYPEHASH, promptHash, seed, temperatureMicros, topK,
-  topPMicros, maxTokens, stopHash))``, where ``stopHash`` hashes the request's stop tokens the same
-  way (ascending, no duplicates): the answer ends at the first of them, or at ``maxTokens``; no stop
-  tokens (``keccak256("")``) means it always runs to ``maxTokens`` (vLLM's ``ignore_eos``);
+  topPMicros, maxTokens, stopHash))``, where ``stopHash`` (``stop_hash``, the contract's
+  ``hashStopRule``) hashes the request's stop tokens the same way (ascending, no duplicates), and,
+  when it has stop sequences, ``keccak256(abi.encode(that, keccak256(keccak256(s) for each s)))``:
+  the answer ends at the first stop token, at the first token whose text completes a stop
+  sequence, or at ``maxTokens``; no stop tokens nor sequences (``keccak256("")``) means it always
+  runs to ``maxTokens`` (vLLM's ``ignore_eos``);
 - receipts and verdicts are EIP-712 typed data (EIP-712, "Typed structured data hashing and
   signing") in the domain ("SpecmarketBond", "1", chainId, contract).
 
@@ -26,7 +29,7 @@ from eth_keys.exceptions import BadSignature
 from eth_utils import keccak, to_checksum_address
 
 from node.chain import ChainError
-from verifier.errors import InvalidParams
+from verifier.errors import InvalidParams, SpecmarketError
 from verifier.noise import MAX_SEED
 from verifier.params import SamplingParams
 
@@ -38,8 +41,11 @@ MAX_U64 = (1 << 64) - 1
 RECEIPT_FRESH_S = 300  # a client accepts a receipt at most this old; an operator re-signs older replays
 CLOCK_SLACK_S = 60  # a receipt stamped up to this far in the chain's future (a fast operator clock) is accepted
 MAX_RECEIPT_TOKENS = 1 << 16  # a receipt file or network message with more tokens is refused
-RECEIPT_FORMAT = 3  # 2: receipts name their store nonce; 3: requests commit to their stop tokens
-MAX_STOP_TOKENS = 16  # a request names at most this many end-of-sequence tokens
+RECEIPT_FORMAT = 4  # 2: receipts name their store nonce; 3: requests commit to their stop tokens; 4: and sequences
+READ_FORMATS = (3, 4)  # a format-3 receipt (no stop sequences) still reads, as one with none
+MAX_STOP_TOKENS = 16  # a request names at most this many end-of-sequence tokens (the contract's MAX_STOP_TOKENS)
+MAX_STOP_SEQUENCES = 4  # OpenAI's `stop`: at most 4 strings (the contract's MAX_STOP_SEQUENCES)
+MAX_STOP_SEQUENCE_BYTES = 64  # UTF-8 bytes in one (the contract's MAX_STOP_SEQUENCE_BYTES)
 SIGNATURE_BYTES = 65
 SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141  # the curve's group order
 REQUEST_TYPEHASH = keccak(
@@ -105,6 +111,37 @@ def check_uint(value: Any, bound: int, name: str, error: type[ReceiptError] = Re
     return value
 
 
+def stop_hash(stop_tokens: Sequence[int], stop_sequences: Sequence[str]) -> bytes:
+    """SpecmarketBond.hashStopRule: the packed tokens' hash alone when there are no sequences (as
+    before stop sequences existed), else keccak256(abi.encode(it, keccak256(keccak256(s) ...)))."""
+    tokens_hash = hash_tokens(stop_tokens)
+    if not stop_sequences:
+        return tokens_hash
+    each = keccak(b"".join(keccak(s.encode()) for s in stop_sequences))
+    return keccak(abi_encode(["bytes32", "bytes32"], [tokens_hash, each]))
+
+
+def check_stop_sequences(sequences: Any, error: type[SpecmarketError]) -> tuple[str, ...]:
+    """OpenAI's ``stop`` as a request commits to it: at most MAX_STOP_SEQUENCES non-empty strings of
+    at most MAX_STOP_SEQUENCE_BYTES UTF-8 bytes each."""
+    if not isinstance(sequences, (list, tuple)) or len(sequences) > MAX_STOP_SEQUENCES:
+        raise error(f"stop must be a string or a list of at most {MAX_STOP_SEQUENCES} strings")
+    for s in sequences:
+        if not isinstance(s, str) or not s or len(s.encode("utf-8", "surrogatepass")) > MAX_STOP_SEQUENCE_BYTES:
+            raise error(f"each stop sequence must be a non-empty string of at most {MAX_STOP_SEQUENCE_BYTES} bytes")
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in s):
+            raise error("a stop sequence must be valid text (no lone surrogates)")
+    return tuple(sequences)
+
+
+def _contains(text: Callable[[Sequence[int]], str] | None, tokens: Sequence[int], sequences: Sequence[str]) -> bool:
+    """Does the text of ``tokens`` contain a stop sequence?"""
+    if text is None:
+        raise ReceiptError("this request has stop sequences: judging where it ends needs the tokenizer's text")
+    now = text(tokens)
+    return any(s in now for s in sequences)
+
+
 @dataclass(frozen=True)
 class RequestSpec:
     """What a receipt's request hash commits to: prompt tokens, seed, sampling params, max tokens,
@@ -118,6 +155,7 @@ class RequestSpec:
     top_p_micros: int
     max_tokens: int
     stop_tokens: tuple[int, ...] = ()  # ascending, no duplicates
+    stop_sequences: tuple[str, ...] = ()  # OpenAI's `stop`: the answer ends at the token whose text completes one
 
     def __post_init__(self) -> None:
         _check_tokens(self.prompt, "prompt")
@@ -127,24 +165,43 @@ class RequestSpec:
         stops = _check_tokens(self.stop_tokens, "stop_tokens")
         if len(stops) > MAX_STOP_TOKENS or list(stops) != sorted(set(stops)):
             raise ReceiptError(f"stop_tokens must be at most {MAX_STOP_TOKENS} ascending distinct token ids")
+        check_stop_sequences(self.stop_sequences, ReceiptError)
 
     @classmethod
     def build(
-        cls, prompt: Sequence[int], params: SamplingParams, seed: int, max_tokens: int, stop_tokens: Sequence[int] = ()
+        cls,
+        prompt: Sequence[int],
+        params: SamplingParams,
+        seed: int,
+        max_tokens: int,
+        stop_tokens: Sequence[int] = (),
+        stop_sequences: Sequence[str] = (),
     ) -> RequestSpec:
         t, p = _micros(params.temperature, "temperature"), _micros(params.top_p, "top_p")
         stops = tuple(sorted({int(x) for x in stop_tokens}))
-        return cls(tuple(int(x) for x in prompt), int(seed), t, int(params.top_k), p, int(max_tokens), stops)
+        prompt_ids = tuple(int(x) for x in prompt)
+        return cls(prompt_ids, int(seed), t, int(params.top_k), p, int(max_tokens), stops, tuple(stop_sequences))
 
-    def ended_by_rule(self, output: Sequence[int]) -> bool:
-        """Whether ``output`` ends where this request's rule ends it: at its first stop token, or
-        at ``max_tokens`` with no stop token before. An answer cut short, or run past a stop
-        token, breaks the rule whatever its tokens are."""
+    def end_of(
+        self, output: Sequence[int], text: Callable[[Sequence[int]], str] | None = None, start: int = 0
+    ) -> int | None:
+        """The length at which this request's rule ends an answer that begins with ``output``: just
+        past its first stop token, or past the first token whose text (``text`` of the tokens so
+        far: needed when the request has stop sequences) contains a stop sequence; None: the rule
+        does not end it within ``output`` (it runs on, to ``max_tokens``). ``start``: the rule is
+        known not to end it before that length (a decode loop checks only its new tokens)."""
         stops = set(self.stop_tokens)
-        first = next((i for i, t in enumerate(output) if t in stops), None)
-        if first is not None:
-            return first == len(output) - 1
-        return len(output) == self.max_tokens
+        for i in range(start, len(output)):
+            if output[i] in stops or (self.stop_sequences and _contains(text, output[: i + 1], self.stop_sequences)):
+                return i + 1
+        return None
+
+    def ended_by_rule(self, output: Sequence[int], text: Callable[[Sequence[int]], str] | None = None) -> bool:
+        """Whether ``output`` ends where this request's rule ends it: at its first stop token or the
+        token that completes its first stop sequence, or at ``max_tokens`` with no end before. An
+        answer cut short, or run past its end, breaks the rule whatever its tokens are."""
+        end = self.end_of(output, text)
+        return end == len(output) if end is not None else len(output) == self.max_tokens
 
     @property
     def params(self) -> SamplingParams:
@@ -158,8 +215,12 @@ class RequestSpec:
             self.top_k,
             self.top_p_micros,
             self.max_tokens,
-            hash_tokens(self.stop_tokens),
+            self.stop_hash(),
         )
+
+    def stop_hash(self) -> bytes:
+        """The contract's ``hashStopRule`` of this request's stop tokens and sequences."""
+        return stop_hash(self.stop_tokens, self.stop_sequences)
 
     def hash(self) -> bytes:
         words = (REQUEST_TYPEHASH, hash_tokens(self.prompt), *self.params_tuple())
@@ -371,6 +432,7 @@ class SignedReceipt:
                 **asdict(self.request),
                 "prompt": list(self.request.prompt),
                 "stop_tokens": list(self.request.stop_tokens),
+                "stop_sequences": list(self.request.stop_sequences),
             },
             "output": list(self.output),
         }
@@ -379,7 +441,7 @@ class SignedReceipt:
     def from_json(cls, data: Any) -> SignedReceipt:
         """Parse untrusted JSON (a file, an HTTP answer); every field is type- and range-checked."""
         try:
-            if data.get("format") != RECEIPT_FORMAT:
+            if data.get("format") not in READ_FORMATS:
                 raise ReceiptError(f"unknown receipt format {data.get('format')!r} (expected {RECEIPT_FORMAT})")
             r, q = data["receipt"], data["request"]
             sig = data["signature"]
@@ -396,7 +458,8 @@ class SignedReceipt:
             )
             fields = ("seed", "temperature_micros", "top_k", "top_p_micros", "max_tokens")
             prompt, stops = _check_tokens(q["prompt"], "request.prompt"), _check_tokens(q["stop_tokens"], "stop_tokens")
-            request = RequestSpec(prompt, *(q[f] for f in fields), stops)
+            sequences = check_stop_sequences(q.get("stop_sequences", []), ReceiptError)
+            request = RequestSpec(prompt, *(q[f] for f in fields), stops, sequences)
             domain = Domain(
                 check_uint(data["chain_id"], MAX_U64, "chain_id"), check_address(data["contract"], "contract")
             )

@@ -35,11 +35,19 @@ from eth_account import Account
 from web3.exceptions import Web3Exception
 
 from node.chain import ChainError
-from node.chain.audit import Judgement, judge_step
+from node.chain.audit import Judgement, TextOf, judge_end, judge_step
 from node.chain.client import BondClient, ChainRevert, ChallengeStatus
 from node.chain.config import DEFAULT_POLL_S
 from node.chain.events import rescan_from
-from node.chain.receipts import MICROS, Disputed, ReceiptError, check_canonical, sign_verdict, verdict_signable
+from node.chain.receipts import (
+    MICROS,
+    Disputed,
+    ReceiptError,
+    RequestSpec,
+    check_canonical,
+    sign_verdict,
+    verdict_signable,
+)
 from node.model.adapter import HFCausalLM
 from node.runtime.redact import redact, shown_url
 from verifier.errors import SpecmarketError
@@ -133,10 +141,19 @@ class Cursor:
 class Referee:
     """Judges the open challenges of one deployment with the target model it was given."""
 
-    def __init__(self, client: BondClient, keys: list[bytes], model: HFCausalLM, model_hash: bytes, pool: Path):
+    def __init__(
+        self,
+        client: BondClient,
+        keys: list[bytes],
+        model: HFCausalLM,
+        model_hash: bytes,
+        pool: Path,
+        text: TextOf | None = None,  # the tokenizer's text: end challenges whose rule has stop sequences need it
+    ):
         if not keys:
             raise ChainError("a referee needs at least one referee key")
         self.client = client
+        self.text = text
         self._keys = {Account.from_key(k).address: k for k in keys}  # address -> key; keys never logged
         self.model = model
         self.model_hash = model_hash
@@ -200,11 +217,30 @@ class Referee:
             return None
         p = event["params"]
         try:
+            if int(event["position"]) == len(event["output"]):  # an end challenge: the answer stopped early
+                return self._judge_end(event)
             params = SamplingParams(p["temperatureMicros"] / MICROS, p["topK"], p["topPMicros"] / MICROS)
             return judge_step(self.model, event["prompt"], event["output"], event["position"], params, p["seed"])
         except SpecmarketError as exc:  # out-of-range parameters, a context that does not fit
             log.warning("challenge %d cannot be judged (%s): skipping it", cid, exc)
             return None
+
+    def _judge_end(self, event: dict) -> Judgement | None:
+        """An end challenge: the stop rule it named (its EndChallenged event), judged by that rule."""
+        cid, p = int(event["id"]), event["params"]
+        rule = self.client.end_rule(cid, int(event["block"]))
+        if rule is None:
+            log.warning("challenge %d is at the answer's end but names no stop rule: not judging it", cid)
+            return None
+        if rule[1] and self.text is None:
+            log.warning("challenge %d names stop sequences and this referee has no tokenizer: not judging it", cid)
+            return None
+        fields = (p["seed"], p["temperatureMicros"], p["topK"], p["topPMicros"], p["maxTokens"])
+        request = RequestSpec(tuple(event["prompt"]), *fields, *rule)
+        if request.stop_hash() != bytes(p["stopHash"]):  # the contract checked it; a reorg could not change it
+            log.warning("challenge %d: its stop rule does not hash to the request's stopHash: not judging it", cid)
+            return None
+        return judge_end(self.model, request, event["output"], self.text)
 
     def handle(self, event: dict) -> Outcome:
         """Judge one open challenge, add our signatures to the pool, resolve when a quorum exists."""

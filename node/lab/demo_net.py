@@ -8,7 +8,9 @@
    speculation);
 4. two cheating operators (`--cheat flip-token`), one speculating with an honest drafter peer and
    one not: each answer is audited, challenged on chain, resolved by two referee processes (one
-   key each, the contract's 2-of-3 quorum), and the operator is slashed;
+   key each, the contract's 2-of-3 quorum), and the operator is slashed; then a third
+   (`--cheat stop-early`, in the place of the second) stops an answer half-way: challenged at its
+   end, judged by its receipted stop rule, slashed;
 5. the forgery row (the textbook rule against GUMBEL with a lying drafter) and the report
    (report/README.md with PNGs, from node/report.py).
 
@@ -225,6 +227,7 @@ def _start_parties(group: ProcessGroup, work: Path, chain_args: list[str], pair:
         "plain": plain.lines["http"][0],
         "cheat_with_speculation": cheat_spec.lines["http"][0],
         "cheat_without_speculation": cheat_plain.lines["http"][0],
+        "cheat_plain_process": cheat_plain,  # stopped for the stop-early operator (_stop_early_episode)
         "drafters": {n: d.lines["multiaddr"][0] for n, d in zip(names, drafters, strict=False)},
         "referees": referee_nodes,  # their outcome lines say what each re-executed
     }
@@ -339,6 +342,52 @@ def _cheating_episode(http: str, client, model, cfg: NetDemoConfig, referees: li
     }
 
 
+def _stop_early_episode(group: ProcessGroup, work: Path, chain_args: list[str], urls: dict, client, pair, cfg) -> dict:
+    """A third cheating operator (`--cheat stop-early`, in the plain cheat's place: the same memory):
+    every token the target's, but stopped at half of max_tokens and receipted as done. The
+    challenger finds the early end, opens an end challenge, the referee processes judge it by the
+    stop rule the receipt commits to, and the operator is slashed."""
+    from node.chain.challenger import challenge_receipt
+    from node.chain.client import ChallengeStatus
+    from node.chain.deployment import DEV_CHALLENGER, DEV_TREASURY, dev_key
+    from node.chain.receipts import SignedReceipt
+    from node.model.decoding import text_of
+    from node.model.loading import model_hash
+
+    urls.pop("cheat_plain_process").stop()
+    target_cpus, _ = core_split()
+    (stopper,) = group.start_all(
+        [partial(start_target, work, *chain_args, "--max-drafters", "0", "--cheat", "stop-early",
+                 name="target-cheat-stop", pair=cfg.pair, cpus=target_cpus)]
+    )  # fmt: skip
+    answer = _ask(stopper.lines["http"][0], cfg, cfg.prompts[0], seed=0)
+    signed = SignedReceipt.from_json(answer["specmarket"]["receipt"])
+    operator = signed.receipt.operator
+    bond_before = client.operator_info(operator).bond
+    committed = model_hash(get_pair(cfg.pair).target_dir())
+    text = partial(text_of, pair.tokenizer)
+    report = challenge_receipt(client, dev_key(DEV_CHALLENGER), pair.target, committed, signed, text=text)
+    cid = report.challenge_id
+    step(
+        f"stop-early operator {operator}: {len(signed.output)} of at most {signed.request.max_tokens} tokens, "
+        f"every one right; the target's next was {report.audit.next_token}; end challenge {cid} opened"
+    )
+    status = client.wait_closed(cid, VERDICT_TIMEOUT_S) if cid is not None else None
+    _withdraw_all(client, [dev_key(DEV_CHALLENGER), dev_key(DEV_TREASURY)])
+    return {
+        "operator": operator,
+        "tokens": len(signed.output),
+        "max_tokens": signed.request.max_tokens,
+        "early_end": report.audit.early_end,
+        "next_token": report.audit.next_token,
+        "challenge_id": cid,
+        "challenge_gas": report.gas_used,
+        "at_fault": status is ChallengeStatus.OPERATOR_AT_FAULT,
+        "bond_before_wei": bond_before,
+        "bond_after_wei": client.operator_info(operator).bond,
+    }
+
+
 def _cheating_episodes(urls: dict, client, model, cfg: NetDemoConfig) -> dict:
     return {mode: _cheating_episode(urls[f"cheat_{mode}"], client, model, cfg, urls["referees"]) for mode in MODES}
 
@@ -404,6 +453,8 @@ def _run(cfg: NetDemoConfig, work: Path, group: ProcessGroup) -> dict:
         freeze_startup_heap()  # no ~0.5 s collections of torch's heap inside the timed re-executions and sweep
         step("cheating-operator episodes (with and without speculation)")
         result["cheating"] = {"episodes": _cheating_episodes(urls, client, pair.target, cfg)}
+        step("a third cheating operator (--cheat stop-early): it stops half-way and charges for the answer")
+        result["cheating"]["stop_early"] = _stop_early_episode(group, work, chain_args, urls, client, pair, cfg)
         result["bond_config"] = {k: v for k, v in vars(config).items() if k != "treasury"}
         result["gas_price_wei"] = int(w3.eth.gas_price)
         result["deploy_gas"] = tx.gas_used

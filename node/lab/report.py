@@ -180,6 +180,21 @@ def _drafters(result: dict) -> str:
     return _table(header, rows)
 
 
+def _stop_early(result: dict) -> str:
+    """The stop-early operator's episode, one paragraph (absent from reports of older runs)."""
+    e = result["cheating"].get("stop_early")
+    if e is None:
+        return ""
+    verdict = "at fault, slashed" if e["at_fault"] else "**not slashed**"
+    return (
+        f"\n\nAn operator that stops early (`--cheat stop-early`) answered {e['tokens']} of at most "
+        f"{e['max_tokens']} tokens, every one the target's, and receipted the answer as done. The challenger's "
+        f"re-execution found the early end (the target's next token: {e['next_token']}) and opened an end "
+        f"challenge (gas {e['challenge_gas']:,}); the referees judged it by the stop rule the receipt commits "
+        f"to: {verdict} ({_eth(e['bond_before_wei'] - e['bond_after_wei'])})."
+    )
+
+
 def _trust_budget(result: dict, rows: dict[str, dict]) -> str:
     audits, episodes, cfg = result["audits"], result["cheating"]["episodes"], result["bond_config"]
     data = {
@@ -397,7 +412,7 @@ def render(result: dict, rows: dict[str, dict], fit: dict, sizing: dict[str, Bon
         f"## Drafter peers\n\n{drafters}\n\n{_drafters(result)}",
         "![per-drafter acceptance](drafter_acceptance.png)",
         render_payments(result.get("payments")),
-        f"## The trust budget\n\n{trust}\n\n{_trust_budget(result, rows)}\n\n{TRUST_NOTES}",
+        f"## The trust budget\n\n{trust}\n\n{_trust_budget(result, rows)}\n\n{TRUST_NOTES}{_stop_early(result)}",
         "## The forgery row\n\n" + _forgery(result["forgery"]),
         "## Bond sizing\n\n" + _bond(sizing, result),
         "## Theory against the run\n\n" + _theory(fit),
@@ -440,6 +455,11 @@ def print_summary(result: dict) -> None:
         print(
             f"cheating operator {MODE_TITLES[mode]}: wrong token {e['first_wrong']}, "
             f"challenge gas {e['challenge_gas']}, resolution gas {e['resolve_gas']}, slashed {_eth(e['slashed_wei'])}"
+        )
+    if (stop := result["cheating"].get("stop_early")) is not None:
+        print(
+            f"stop-early operator: {stop['tokens']} of at most {stop['max_tokens']} tokens, end challenge gas "
+            f"{stop['challenge_gas']}, slashed {_eth(stop['bond_before_wei'] - stop['bond_after_wei'])}"
         )
     for r in result.get("payments", []):
         earned, redeemed = _eth(r["earned_wei"]), _eth(r["redeemed_wei"])

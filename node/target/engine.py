@@ -21,13 +21,14 @@ import numpy as np
 import trio
 
 from node.chain.cheat import Cheat
-from node.chain.receipts import RequestSpec, SignedReceipt
+from node.chain.receipts import RequestSpec, SignedReceipt, check_stop_sequences
 from node.model.decoding import check_fits, encode_prompt, end_of_sequence_tokens, text_of
 from node.model.loading import ModelPair
 from node.model.prefix_cache import PrefixCache
 from node.target.batching import BatchedLM, PassBatcher
 from node.target.config import DEFAULT_BATCH_ROWS, DEFAULT_MAX_JOBS
 from node.target.counters import EngineCounters, JobHistory, JobRecord, format_stats, new_job_id
+from node.target.stops import StopText, cut_text, finished_by_rule, stop_rule
 from p2p.messages import MAX_NEW_TOKENS
 from verifier.decode import DecodeResult, DecodeStats, Proposer, decode
 from verifier.errors import InvalidParams, sole_error
@@ -63,8 +64,10 @@ class CompletionRequest:
     # False: the answer ends at the model's first end-of-sequence token (the receipt names them);
     # True: it runs to max_tokens (vLLM's ignore_eos)
     ignore_eos: bool = False
+    stop: tuple[str, ...] = ()  # OpenAI's stop sequences: the answer ends at the token that completes one
 
     def __post_init__(self) -> None:
+        check_stop_sequences(self.stop, InvalidParams)
         if isinstance(self.prompt, tuple):
             if not self.prompt or not all(type(t) is int and t >= 0 for t in self.prompt):
                 raise InvalidParams("a token prompt must be a non-empty tuple of token ids")
@@ -378,10 +381,11 @@ class Engine:
             list(spec.prompt),
             params=spec.params,
             seed=spec.seed,
-            max_new_tokens=spec.max_tokens,
+            max_new_tokens=max(1, spec.max_tokens // 2) if self.cheat is Cheat.STOP_EARLY else spec.max_tokens,
             gamma=self.gamma,
             stop_tokens=spec.stop_tokens,
             on_token=on_token,
+            stop_at=stop_rule(spec, self.pair.tokenizer),
         )
         self.plain_pass_s = target.measured_plain_pass_s() or self.plain_pass_s  # the freshest measurement
         # a client is told the positions its answer takes, as if nothing were cached: never how long a
@@ -417,7 +421,7 @@ class Engine:
         seed = req.seed if req.seed is not None else secrets.randbelow(DRAWN_SEED_BOUND)
         stops = () if req.ignore_eos else end_of_sequence_tokens(self.pair.tokenizer)
         # temperature and top-p in millionths, exactly as the receipt will name them, and the stop rule
-        job = JobSpec(RequestSpec.build(prompt, req.params, seed, max_tokens, stops))
+        job = JobSpec(RequestSpec.build(prompt, req.params, seed, max_tokens, stops, req.stop))
         job_id = job_id or new_job_id()
         if self.operator is not None:
             self.operator.require_serving()  # before any work: an answer it cannot receipt is refused
@@ -442,7 +446,7 @@ class Engine:
     async def _replay(self, job_id: str, job: JobSpec, stored: SignedReceipt, on_chunk) -> CompletionResult:
         """A request this operator answered before: the same answer and receipt, no decoding."""
         log.info("job %s: request answered before; replaying its receipted answer", job_id)
-        text = text_of(self.pair.tokenizer, stored.output)
+        text = cut_text(text_of(self.pair.tokenizer, stored.output), stored.request.stop_sequences)
         if on_chunk is not None:
             await on_chunk(stored.output, text)
         result = DecodeResult(stored.output, DecodeStats())
@@ -451,7 +455,7 @@ class Engine:
 
     async def _run_job(self, job_id: str, job: JobSpec, on_chunk):
         spec = job.request
-        text = TextStream(self.pair.tokenizer)
+        text = StopText(TextStream(self.pair.tokenizer), spec.stop_sequences)
         send, receive = trio.open_memory_channel[tuple[int, ...]](math.inf)
 
         def on_token(tokens: Sequence[int]) -> None:  # runs in the worker thread
@@ -501,12 +505,12 @@ class Engine:
         self.counters.add(result)
         spec = job.request
         tokens = signed.output if signed is not None else result.tokens
-        stopped = bool(tokens) and tokens[-1] in spec.stop_tokens
+        stopped = finished_by_rule(spec, self.pair.tokenizer, tokens)
         log.info("job %s: %d tokens, %s", job_id, len(tokens), format_stats(stats))
         self.history.add(JobRecord.of(job_id, len(tokens), stats), rounds)
         return CompletionResult(
             job=job_id,
-            text=text_of(self.pair.tokenizer, tokens),
+            text=cut_text(text_of(self.pair.tokenizer, tokens), spec.stop_sequences),
             tokens=tokens,
             prompt_tokens=spec.prompt,
             seed=spec.seed,

@@ -78,6 +78,7 @@ contract BondHandler is BondHelpers {
     uint256 public cancellations;
     uint256 public activations;
     uint256 public staleEpochResolves; // a challenge decided by its epoch after a newer one activated
+    uint256 public endChallenges; // end challenges opened (challengeEnd)
     uint256 public otherEpochQuorumsRejected;
 
     /// `poolPks_` sorted by address; epoch 1 (the bond's constructor set) is its first `n1` keys
@@ -255,6 +256,36 @@ contract BondHandler is BondHelpers {
         }
         if (_challenge(k, challengers[chSeed % challengers.length], dataSeed, issuedAt, posSeed)) {
             (lastOpIndex, lastDataSeed, lastIssuedAt, haveLast) = (k, dataSeed, issuedAt, true);
+        }
+    }
+
+    /// An end challenge (`challengeEnd`): every claim's output is shorter than its maxTokens and
+    /// its stop rule is empty, so it opens wherever a wrong-token challenge would; a third of the
+    /// calls name another stop rule, which must be refused.
+    function challengeEnd(uint256 opSeed, uint256 chSeed, uint256 issuedBack, uint256 dataSeed) external {
+        uint256 k = opSeed % operators.length;
+        issuedBack = bound(issuedBack, 0, bond.challengeWindow());
+        if (issuedBack > block.timestamp) issuedBack = block.timestamp;
+        Claim memory c = _claim(k, dataSeed, uint64(block.timestamp - issuedBack));
+        SpecmarketBond.StopRule memory stop;
+        bool otherRule = dataSeed % 3 == 0;
+        if (otherRule) stop.tokens = TestUtils.tokens(dataSeed, 1);
+        (bool registered,,,) = _info(operators[k]);
+        bool expectOk = registered && !otherRule && block.timestamp <= uint256(c.r.issuedAt) + bond.challengeWindow()
+            && !ghostReceiptSlashed[bond.receiptDigest(c.r)];
+        address ch = challengers[chSeed % challengers.length];
+        uint256 cb = bond.challengerBond();
+        vm.deal(ch, cb);
+        vm.prank(ch);
+        try bond.challengeEnd{value: cb}(c.r, c.sig, c.prompt, c.params, c.output, stop) returns (uint256 id) {
+            challengeIds.push(id);
+            ghostDeposited += cb;
+            ++endChallenges;
+            if (!expectOk) ++ghostValidCallRejected; // accepted what it had to refuse
+            ghostChallengeEpoch[id] = ghostEpoch;
+            if (bond.getChallenge(id).refereeEpoch != ghostEpoch) ++ghostEpochMismatch;
+        } catch {
+            if (expectOk) ++ghostValidCallRejected;
         }
     }
 

@@ -55,7 +55,7 @@ contract SpecmarketBondInvariantTest is BondHelpers {
     }
 
     function targetSelectors() public view returns (FuzzSelector[] memory s) {
-        bytes4[] memory sel = new bytes4[](18);
+        bytes4[] memory sel = new bytes4[](19);
         sel[0] = BondHandler.register.selector;
         sel[1] = BondHandler.topUp.selector;
         sel[2] = BondHandler.requestUnbond.selector;
@@ -79,6 +79,7 @@ contract SpecmarketBondInvariantTest is BondHelpers {
         sel[15] = BondHandler.proposeRefereeSet.selector;
         sel[16] = BondHandler.cancelRefereeSet.selector;
         sel[17] = BondHandler.activateRefereeSet.selector;
+        sel[18] = BondHandler.challengeEnd.selector;
         s = new FuzzSelector[](1);
         s[0] = FuzzSelector(address(handler), sel);
     }
@@ -216,7 +217,7 @@ contract SpecmarketBondInvariantTest is BondHelpers {
         uint256 seed = 0x5EED;
         for (uint256 i; i < 600; ++i) {
             seed = uint256(keccak256(abi.encode(seed)));
-            _dispatch(seed % 14, seed >> 8);
+            _dispatch(seed % 15, seed >> 8);
             if (i % 10 != 9) continue;
             invariant_balanceEqualsLiabilities();
             invariant_noSlashWithoutProof();
@@ -238,6 +239,7 @@ contract SpecmarketBondInvariantTest is BondHelpers {
         assertTrue(handler.replacedProposals() > 0, "a pending proposal was replaced");
         assertTrue(handler.staleEpochResolves() > 0, "a challenge was decided by its epoch after a newer one");
         assertTrue(handler.otherEpochQuorumsRejected() > 0, "another epoch's quorum was refused");
+        assertTrue(handler.endChallenges() > 0, "an end challenge was opened");
     }
 
     function _dispatch(uint256 action, uint256 x) internal {
@@ -254,6 +256,7 @@ contract SpecmarketBondInvariantTest is BondHelpers {
         else if (action == 10) handler.warp(x);
         else if (action == 11) handler.proposeRefereeSet(y);
         else if (action == 12) handler.cancelRefereeSet(y);
+        else if (action == 13) handler.challengeEnd(x, y, x >> 16, y >> 16);
         else handler.activateRefereeSet(x);
     }
 }

@@ -35,9 +35,10 @@ MAX_BODY_BYTES = 1 << 20
 DEFAULT_MAX_TOKENS = 16
 MAX_CHAT_MESSAGES = 128
 MAX_ECHOED_CHARS = 64  # client-supplied strings quoted back in error messages are cut to this
-REQUEST_FIELDS = ("prompt", "messages", "max_tokens", "seed", "temperature", "top_k", "top_p", "ignore_eos")
+REQUEST_FIELDS = ("prompt", "messages", "max_tokens", "seed", "temperature", "top_k", "top_p", "ignore_eos", "stop")
 JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
-OWN_ERRORS = ("unsupported", "prompt_shape", "invalid_text", "chat_too_long")  # their messages name the field
+# their messages name the field
+OWN_ERRORS = ("unsupported", "prompt_shape", "invalid_text", "chat_too_long", "stop_shape")
 EMPTY_HINTS = {  # what an empty field should hold, said plainly
     "prompt": "send the text to continue",
     "messages": "send at least one message",
@@ -47,7 +48,6 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {  # OpenAI fields this server cannot hono
     "best_of": (1,),
     "echo": (False,),
     "suffix": ("",),
-    "stop": ([], ""),
     "logprobs": (False,),
     "top_logprobs": (),
     "presence_penalty": (0, 0.0),
@@ -112,6 +112,15 @@ def _one_prompt(value: Any) -> Any:
     return value
 
 
+def _stop_list(value: Any) -> Any:
+    """OpenAI's ``stop``: one string, or a list of strings."""
+    if isinstance(value, str):
+        return [value]
+    if value is not None and not isinstance(value, list):
+        raise PydanticCustomError("stop_shape", "'stop' must be a string or a list of strings")
+    return value
+
+
 Text = Annotated[str, AfterValidator(_valid_text)]
 Prompt = Annotated[Text, BeforeValidator(_one_prompt), Field(min_length=1, max_length=MAX_PROMPT_CHARS)]
 
@@ -135,7 +144,9 @@ class Sampling(BaseModel):
     best_of: Any = None
     echo: Any = None
     suffix: Any = None
-    stop: Any = None
+    stop: Annotated[list[Text] | None, BeforeValidator(_stop_list)] = Field(
+        None, description="up to 4 stop sequences: the answer ends at the first, which its text leaves out"
+    )
     logprobs: Any = None
     top_logprobs: Any = None
     presence_penalty: Any = None
@@ -155,8 +166,9 @@ class Sampling(BaseModel):
     def engine_request(self, prompt: str | tuple[int, ...]) -> CompletionRequest:
         """The engine's request; a value out of range is a 400 naming its field."""
         try:
+            stop = tuple(s for s in self.stop or () if s)  # OpenAI ignores an empty stop string ("stop": "")
             return CompletionRequest(
-                prompt, self.max_tokens, self.temperature, self.top_p, self.top_k, self.seed, self.ignore_eos
+                prompt, self.max_tokens, self.temperature, self.top_p, self.top_k, self.seed, self.ignore_eos, stop
             )
         except InvalidParams as exc:
             raise HttpError(400, str(exc), param=_named_field(str(exc)), code="invalid_value") from exc
