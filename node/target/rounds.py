@@ -20,9 +20,7 @@ where each draft goes as it arrives is ``node.target.intake``'s business.
 A drafter on probation (no matched token in its trial window: ``Policy.on_probation``) is asked like
 any other, but its draft is never verified and the round does not wait for it: it may arrive until
 the round's deadline, while the round's pass runs, and is measured when the round settles (which
-waits out what is left of the deadline for it, if anything). One that arrives after the pass ended,
-when the round's tokens may already be streamed to a client it colludes with, matches nothing: a
-copy of the stream never takes a drafter off probation.
+waits out what is left of the deadline for it, if anything).
 """
 
 from __future__ import annotations
@@ -320,9 +318,6 @@ class MarketProposer(DraftIntake):
             draft, latency = session.pending
             session.pending = None
             matched = common_prefix(draft.tokens, emitted)
-            if matched and self._on_probation(session) and self._after_the_pass(session, latency):
-                log.debug("job %s: %s's draft came after the round's tokens were out", self.job, session.peer_id)
-                matched = 0  # it could copy them (the client's stream): no way off probation, judged as a miss
             session.proposed += len(draft.tokens)
             self.registry.record_draft(session.peer_id, len(draft.tokens), matched, latency, offered=r.gamma)
             if session.peer_id in verified:
@@ -337,12 +332,6 @@ class MarketProposer(DraftIntake):
         if len(self.records) < MAX_ROUND_RECORDS:
             verify_s = self.passes.pass_seconds[-1] if self.passes is not None and self.passes.pass_seconds else 0.0
             self.records.append(RoundRecord.of(r, verify_s))
-
-    def _after_the_pass(self, session: RemoteSession, latency: float | None) -> bool:
-        """Did the session's answer arrive after the round's pass ended, when the round's tokens were
-        out (streamed to the client, who may be the drafter)? An early draft (latency None) did not."""
-        ended = getattr(self.passes, "pass_ended", None)
-        return latency is not None and ended is not None and session.sent_at <= ended < session.sent_at + latency
 
     def watch_passes(self, passes) -> None:
         """The job's timed target (``TimedModel``): its prefill and one-position pass times; and
