@@ -12,11 +12,18 @@ cumulative earnings at the operator's escrow grow by price x accepted and a new 
 is signed for them and stored. So a crash either loses nothing or records both, and a job is never
 paid twice (its id is credited once). Wei amounts are decimal strings: they outgrow SQLite's
 64-bit integers.
+
+Each ledger file has a *lane* of its own: a random 63-bit id drawn when the file is created and
+kept in it. Its vouchers name that lane, and DrafterEscrow counts a voucher's cumulative total per
+(chain, escrow, operator, drafter, lane). So two ledgers under one operator key (a target restarted
+on a fresh data dir, a replica) never count over the same total: each pays from its own lane, and
+neither underpays the other's work.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import sqlite3
 import threading
 import time
@@ -29,7 +36,8 @@ from market.registry import MAX_PEER_ID_LEN, MarketError, check_count, check_pee
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # stored in PRAGMA user_version; 2: earnings and vouchers
+SCHEMA_VERSION = 3  # stored in PRAGMA user_version; 2: earnings and vouchers; 3: the ledger's lane
+LANE_BITS = 63  # a lane id is < 2**63 (the contract takes a uint64; 63 bits keep it a SQLite integer)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -58,16 +66,20 @@ CREATE TABLE IF NOT EXISTS earnings (
     wei TEXT NOT NULL,
     PRIMARY KEY (job_id, peer_id)
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS vouchers (
     escrow TEXT NOT NULL,
     drafter TEXT NOT NULL,
     cumulative_wei TEXT NOT NULL,
-    voucher TEXT NOT NULL,  -- the newest signed voucher, as sent
+    voucher TEXT NOT NULL,  -- the newest signed voucher, as sent (on this ledger's lane)
     PRIMARY KEY (escrow, drafter)
 );
 """
 
-Signer = Callable[[str, int], str]  # (drafter address, cumulative wei) -> the signed voucher as JSON
+Signer = Callable[[str, int, int], str]  # (drafter address, lane, cumulative wei) -> the signed voucher as JSON
 
 
 @dataclass(frozen=True)
@@ -104,7 +116,9 @@ def _check_credits(job_id: object, credits: Mapping[str, tuple[int, int]]) -> li
     return rows
 
 
-def _pay(conn: sqlite3.Connection, job_id: str, rows: list[tuple[str, int, int]], pay: Pay) -> dict[str, str]:
+def _pay(
+    conn: sqlite3.Connection, job_id: str, rows: list[tuple[str, int, int]], pay: Pay, lane: int
+) -> dict[str, str]:
     """Inside the crediting transaction: record each paid drafter's earnings and sign its new
     cumulative voucher (a signer that raises rolls the whole job back)."""
     vouchers = {}
@@ -117,7 +131,7 @@ def _pay(conn: sqlite3.Connection, job_id: str, rows: list[tuple[str, int, int]]
             "SELECT cumulative_wei FROM vouchers WHERE escrow = ? AND drafter = ?", (pay.escrow, drafter)
         ).fetchone()
         cumulative = (int(row[0]) if row else 0) + wei
-        vouchers[peer] = signed = pay.sign(drafter, cumulative)
+        vouchers[peer] = signed = pay.sign(drafter, lane, cumulative)
         conn.execute(
             "INSERT INTO earnings VALUES (?, ?, ?, ?, ?, ?)",
             (job_id, peer, pay.escrow, drafter, str(pay.price_wei), str(wei)),
@@ -137,6 +151,7 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self.lane = 0  # this file's lane id, read (or drawn) by _init_schema
         self._conn: sqlite3.Connection | None = sqlite3.connect(
             self.path, check_same_thread=False, isolation_level=None, timeout=10.0
         )
@@ -154,6 +169,13 @@ class Ledger:
         if version > SCHEMA_VERSION:
             raise MarketError(f"{self.path}: ledger schema v{version} is newer than this code (v{SCHEMA_VERSION})")
         conn.executescript(_SCHEMA)
+        if version == 2:  # its vouchers were for a single-pool escrow (v1): a lane escrow starts afresh
+            conn.execute("DELETE FROM vouchers")
+        # a new file draws its lane; an existing one keeps it (INSERT OR IGNORE)
+        conn.execute(
+            "INSERT OR IGNORE INTO meta VALUES ('lane', ?)", (str(1 + secrets.randbelow((1 << LANE_BITS) - 1)),)
+        )
+        self.lane = int(conn.execute("SELECT value FROM meta WHERE key = 'lane'").fetchone()[0])
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _connection(self) -> sqlite3.Connection:
@@ -197,7 +219,7 @@ class Ledger:
                     "proposed = proposed + excluded.proposed, jobs = jobs + 1",
                     rows,
                 )
-                vouchers = _pay(conn, job_id, rows, pay) if pay is not None else {}
+                vouchers = _pay(conn, job_id, rows, pay, self.lane) if pay is not None else {}
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -207,7 +229,8 @@ class Ledger:
         return vouchers
 
     def voucher(self, escrow: str, drafter: str) -> tuple[int, str] | None:
-        """The newest voucher signed for ``drafter`` at ``escrow``: (cumulative wei, its JSON)."""
+        """The newest voucher signed for ``drafter`` at ``escrow`` on this ledger's lane: (cumulative wei,
+        its JSON)."""
         rows = self._query(
             "SELECT cumulative_wei, voucher FROM vouchers WHERE escrow = ? AND drafter = ?", (escrow, drafter)
         )

@@ -31,8 +31,9 @@ from verifier.proposal import MAX_GAMMA
 DEFAULT_LISTEN = "/ip4/127.0.0.1/tcp/0"
 
 MAX_OPEN_DEADLINE_MS = 60_000  # the longest draft deadline a target keeps (node.target.config.MAX_DEADLINE_MS)
-# 3.0.0: price, payout address, accepted counts, vouchers; 3.1.0: the open states the target's deadline
-DRAFT_PROTOCOL_ID = "/specmarket/draft/3.1.0"
+# 3.0.0: price, payout address, accepted counts, vouchers; 3.1.0: the open states the target's deadline;
+# 3.2.0: a paying open names the escrow, chain, operator and lane it pays from, and the job's largest pay
+DRAFT_PROTOCOL_ID = "/specmarket/draft/3.2.0"
 GENERATE_PROTOCOL_ID = "/specmarket/generate/1.1.0"  # 1.1.0: answers end at end-of-sequence unless ignore_eos
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile
 MAX_CONTEXT_TOKENS = 8192
@@ -45,7 +46,9 @@ MAX_KEY_BYTES = 128
 MAX_RECEIPT_BYTES = 128 * 1024  # a receipt with its prompt and output tokens, as JSON
 MAX_DRAFT_MS = 600_000.0  # a drafter's reported time for one draft (informational, untrusted)
 MAX_PRICE_WEI = 10**18  # per accepted draft token: one ETH a token is past any sane price
-MAX_VOUCHER_BYTES = 1024  # node.chain.vouchers.MAX_VOUCHER_BYTES: a signed voucher as JSON is ~420 bytes
+MAX_VOUCHER_BYTES = 1024  # node.chain.vouchers.MAX_VOUCHER_BYTES: a signed voucher as JSON is ~450 bytes
+MAX_U64 = (1 << 64) - 1  # a lane id, a chain id
+MAX_PAY_WEI = MAX_PRICE_WEI * MAX_NEW_TOKENS  # a job's largest pay at the largest price
 ADDRESS_CHARS = 42  # 0x + 40 hex digits
 
 
@@ -58,7 +61,13 @@ class Open:
     """target -> drafter: start a job (context so far, sampling params, the shared seed, γ), the
     price the operator pays per accepted draft token, in wei (0: this target pays nothing), and how
     long the target waits for an answer to an advance, in ms (0: not stated), so that an honest
-    drafter sizes its answers to arrive in time (node.drafter.session, "Answers in time")."""
+    drafter sizes its answers to arrive in time (node.drafter.session, "Answers in time").
+
+    A paying open (``price_wei`` > 0) also names where the pay comes from: the DrafterEscrow
+    (``chain_id``, ``escrow``), the ``operator`` that signs the vouchers, the operator's ``lane`` for this
+    drafter, and ``max_pay_wei``, the most this job can pay it (price x the job's token budget), so
+    that a drafter can check on chain, before any work, that its lane covers what is owed plus this
+    job (node.drafter.cover). An unpaid open leaves them empty / 0."""
 
     job: str
     context: tuple[int, ...]
@@ -70,6 +79,26 @@ class Open:
     start: int  # k of the first token to draft (context[-1] is the last accepted token)
     price_wei: int = 0
     deadline_ms: int = 0
+    chain_id: int = 0
+    escrow: str = ""
+    operator: str = ""
+    lane: int = 0
+    max_pay_wei: int = 0
+
+
+@dataclass(frozen=True)
+class PayTerms:
+    """What a target's opens offer for one job: ``Open``'s payment fields (all empty: unpaid)."""
+
+    price_wei: int = 0
+    chain_id: int = 0
+    escrow: str = ""
+    operator: str = ""
+    lane: int = 0
+    max_pay_wei: int = 0
+
+
+UNPAID = PayTerms()
 
 
 @dataclass(frozen=True)
@@ -252,9 +281,23 @@ def _open(body: dict, vocab: int, max_gamma: int) -> Open:
         _int(body, "seed", 0, MAX_SEED),
         _int(body, "gamma", 1, max_gamma),
         _int(body, "start", 0, MAX_CONTEXT_TOKENS),
-        _int(body, "price_wei", 0, MAX_PRICE_WEI),
-        _int(body, "deadline_ms", 0, MAX_OPEN_DEADLINE_MS),
+        *_open_terms(body),
     )
+
+
+def _open_terms(body: dict) -> tuple[int, int, int, str, str, int, int]:
+    """An open's price, deadline and payment terms: a paying open names its escrow and operator."""
+    price_wei = _int(body, "price_wei", 0, MAX_PRICE_WEI)
+    deadline_ms = _int(body, "deadline_ms", 0, MAX_OPEN_DEADLINE_MS)
+    chain_id, lane = _int(body, "chain_id", 0, MAX_U64), _int(body, "lane", 0, MAX_U64)
+    max_pay_wei = _int(body, "max_pay_wei", 0, MAX_PAY_WEI)
+    if not price_wei:
+        escrow, operator = _str(body, "escrow", 0, empty_ok=True), _str(body, "operator", 0, empty_ok=True)
+        return price_wei, deadline_ms, chain_id, escrow, operator, lane, max_pay_wei
+    escrow, operator = _address(body, "escrow"), _address(body, "operator")
+    if not chain_id or not max_pay_wei:
+        raise InvalidMessage("a paying open names its chain id and its largest pay (max_pay_wei > 0)")
+    return price_wei, deadline_ms, chain_id, escrow, operator, lane, max_pay_wei
 
 
 def _address(body: dict, name: str) -> str:

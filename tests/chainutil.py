@@ -13,8 +13,8 @@ from eth_account import Account
 from node.chain.anvil import AnvilProcess, free_port
 from node.chain.client import BondClient, connect, deploy
 from node.chain.deployment import (
+    DEFAULT_THAWING_PERIOD_S,
     DEFAULT_THRESHOLD,
-    DEFAULT_WITHDRAWAL_DELAY_S,
     DEV_CHALLENGER,
     DEV_DEPLOYER,
     DEV_REFEREES,
@@ -51,8 +51,8 @@ def deployed_chain(deployments: Path, config: BondConfig | None = None, *, escro
         referees = [dev_address(i) for i in DEV_REFEREES]
         deployment, tx = deploy(w3, dev_key(DEV_DEPLOYER), config or BondConfig(), referees, DEFAULT_THRESHOLD)
         if escrow:
-            address, _ = deploy_escrow(w3, dev_key(DEV_DEPLOYER), DEFAULT_WITHDRAWAL_DELAY_S)
-            deployment = replace(deployment, escrow=address, withdrawal_delay=DEFAULT_WITHDRAWAL_DELAY_S)
+            address, _ = deploy_escrow(w3, dev_key(DEV_DEPLOYER), DEFAULT_THAWING_PERIOD_S)
+            deployment = replace(deployment, escrow=address, thawing_period=DEFAULT_THAWING_PERIOD_S)
         deployment.save(deployments)
         yield Chain(anvil.url, deployments, deployment, BondClient(w3, deployment.address), tx.gas_used)
 

@@ -29,7 +29,7 @@ from node.drafter.wallet import Wallet
 
 RUN_TIMEOUT_S = 180
 BOOTSTRAP = "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWTarget"
-TARGET = "12D3KooWTargetOfTheVoucher"
+LANE = 1
 PRICE_WEI, ACCEPTED = 10**9, 7
 
 
@@ -179,15 +179,16 @@ def test_make_a_key_fund_it_and_redeem_with_an_honest_exit_status(tmp_path):
         key_file = tmp_path / "payout.key"
         payout = cli("keys", "new", "--out", str(key_file)).stdout.strip()
         escrow = EscrowClient(chain.client.w3, chain.deployment.escrow)
-        escrow.deposit(dev_key(DEV_OPERATOR), ETHER // 10)
+        escrow.fund_lane(dev_key(DEV_OPERATOR), payout, LANE, 0, value=ETHER // 10)
         _keep_voucher(tmp_path / "drafter", chain.deployment.escrow, payout)
+        row = f"31337:{chain.deployment.escrow}:{dev_address(DEV_OPERATOR)}:{LANE}"  # the wallet's lane key
         redeem = ["drafter", "redeem", "--rpc", chain.rpc, "--key-file", str(key_file)]
         redeem += ["--data-dir", str(tmp_path / "drafter")]
 
         broke = cli(*redeem)
         assert broke.returncode == 2, broke.stdout + broke.stderr
         assert re.search(r"not redeemed: .*insufficient funds", broke.stdout, re.IGNORECASE), broke.stdout
-        assert _mentions(broke, TARGET) == 1  # the row, printed once (not logged as well)
+        assert _mentions(broke, row) == 1  # the row, printed once (not logged as well)
         assert broke.stderr.strip() == "specmarket: error: 1 of 1 voucher(s) not redeemed (the line of each says why)"
 
         funded = cli("chain", "fund", payout, "--eth", "0.5", "--rpc", chain.rpc)
@@ -196,18 +197,22 @@ def test_make_a_key_fund_it_and_redeem_with_an_honest_exit_status(tmp_path):
         assert chain.client.w3.eth.get_balance(payout) == ETHER // 2
 
         paid = cli(*redeem)
-        assert paid.returncode == 0 and _mentions(paid, TARGET) == 1, paid.stdout + paid.stderr
+        assert paid.returncode == 0 and _mentions(paid, row) == 1, paid.stdout + paid.stderr
         assert f"redeemed {format_ether(PRICE_WEI * ACCEPTED)}" in paid.stdout, paid.stdout
-        assert escrow.paid(dev_address(DEV_OPERATOR), payout) == PRICE_WEI * ACCEPTED
+        assert escrow.lane(dev_address(DEV_OPERATOR), payout, LANE).paid == PRICE_WEI * ACCEPTED
         again = cli(*redeem)
-        assert again.returncode == 0 and "nothing new" in again.stdout and _mentions(again, TARGET) == 1
+        assert again.returncode == 0 and "nothing new" in again.stdout and _mentions(again, row) == 1
 
 
 def _keep_voucher(data_dir, escrow: str, payout: str) -> None:
     """The drafter's wallet keeps a voucher of the dev operator's for ACCEPTED tokens to ``payout``."""
-    voucher = Voucher(dev_address(DEV_OPERATOR), payout, PRICE_WEI * ACCEPTED, int(time.time()))
+    from node.drafter.terms import Terms
+
+    lane, operator = LANE, dev_address(DEV_OPERATOR)
+    voucher = Voucher(operator, payout, lane, PRICE_WEI * ACCEPTED, int(time.time()))
     signed = sign_voucher(dev_key(DEV_OPERATOR), escrow_domain(31337, escrow), voucher)
-    assert Wallet.open(data_dir, payout).settle(TARGET, "job-1", PRICE_WEI, ACCEPTED, signed.dumps()) is not None
+    terms = Terms(31337, escrow, operator, lane, PRICE_WEI, PRICE_WEI * ACCEPTED)
+    assert Wallet.open(data_dir, payout).settle(terms, "job-1", ACCEPTED, signed.dumps()) is not None
 
 
 def _mentions(done: subprocess.CompletedProcess, text: str) -> int:

@@ -337,9 +337,40 @@ def test_a_version_1_ledger_upgrades_in_place_and_keeps_its_credits(tmp_path) ->
     conn.close()
     with Ledger(path) as ledger:
         assert ledger.totals() == {"p1": LedgerEntry("p1", 5, 8, 1)}
-        pay = Pay("31337:escrow", 10, {"p1": "0xdrafter"}, lambda drafter, wei: f"{drafter}:{wei}")
-        assert ledger.credit_and_pay("new-job", {"p1": (2, 2)}, pay) == {"p1": "0xdrafter:20"}
+        pay = Pay("31337:escrow", 10, {"p1": "0xdrafter"}, lambda drafter, lane, wei: f"{drafter}:{lane}:{wei}")
+        assert ledger.credit_and_pay("new-job", {"p1": (2, 2)}, pay) == {"p1": f"0xdrafter:{ledger.lane}:20"}
         assert ledger.earnings() == {"p1": 20}
+
+
+def test_each_ledger_file_has_a_lane_of_its_own_and_keeps_it(tmp_path) -> None:
+    """Two ledgers under one operator key (a fresh data dir, a replica) count their vouchers' totals
+    on different lanes (tests/test_escrow_chain.py pays both on chain); a reopened file keeps its lane."""
+    lanes = []
+    for name in ("a", "b"):
+        with Ledger(tmp_path / name / "ledger.sqlite") as ledger:
+            assert 0 < ledger.lane < 2**63
+            lanes.append(ledger.lane)
+    assert lanes[0] != lanes[1]
+    with Ledger(tmp_path / "a" / "ledger.sqlite") as again:
+        assert again.lane == lanes[0]
+
+
+def test_a_version_2_ledger_keeps_its_credits_and_starts_its_lane_afresh(tmp_path) -> None:
+    """Schema 2's vouchers were for the single-pool escrow: the upgrade keeps credits and earnings,
+    draws a lane and drops the old vouchers, so the lane's first voucher counts from 0."""
+    path = tmp_path / "ledger.sqlite"
+    sign = lambda drafter, lane, wei: f"{drafter}:{lane}:{wei}"  # noqa: E731
+    with Ledger(path) as ledger:
+        ledger.credit_and_pay("old-job", {"p1": (3, 3)}, Pay("e", 10, {"p1": "0xd"}, sign))
+    conn = sqlite3.connect(path)
+    conn.executescript("DROP TABLE meta; PRAGMA user_version=2;")
+    conn.close()
+    with Ledger(path) as ledger:
+        assert ledger.totals() == {"p1": LedgerEntry("p1", 3, 3, 1)} and ledger.earnings() == {"p1": 30}
+        assert ledger.voucher("e", "0xd") is None
+        assert ledger.credit_and_pay("new-job", {"p1": (2, 2)}, Pay("e", 10, {"p1": "0xd"}, sign)) == {
+            "p1": f"0xd:{ledger.lane}:20"
+        }
 
 
 def test_ledger_job_credit_is_idempotent(tmp_path) -> None:

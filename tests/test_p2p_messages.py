@@ -32,7 +32,24 @@ V = 4096
 GOOD = [
     Open("job-1", (0, 5, 17), 0.8, 40, 0.95, 2**64 - 1, 4, 3),
     Advance("job-1", (3, 9), 7),
-    Open("job-1", (0, 5), 0.8, 40, 0.95, 1, 4, 1, MAX_PRICE_WEI),  # a paying target announces its price
+    # a paying target announces its price, and where the pay comes from
+    Open(
+        "job-1",
+        (0, 5),
+        0.8,
+        40,
+        0.95,
+        1,
+        4,
+        1,
+        MAX_PRICE_WEI,
+        100,
+        31337,
+        "0x" + "ab" * 20,
+        "0x" + "cd" * 20,
+        2**64 - 1,
+        5,
+    ),
     Advance("job-1", (3, 9), 7, 12),  # ... and each drafter's accepted tokens so far
     Payout("job-1", "0x" + "Ab" * 20),
     Settle("job-1", 12, '{"format": 1}'),
@@ -66,7 +83,11 @@ def _draft(**overrides) -> bytes:
 
 def _open(**overrides) -> bytes:
     body = {"type": "open", "job": "j", "context": [1], "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0}
-    return _frame(**{**body, "gamma": 4, "start": 0, "price_wei": 0, "deadline_ms": 100, **overrides})
+    terms = {"chain_id": 0, "escrow": "", "operator": "", "lane": 0, "max_pay_wei": 0}
+    return _frame(**{**body, "gamma": 4, "start": 0, "price_wei": 0, "deadline_ms": 100, **terms, **overrides})
+
+
+PAYING = {"price_wei": 1, "chain_id": 31337, "escrow": "0x" + "ab" * 20, "operator": "0x" + "cd" * 20, "max_pay_wei": 9}
 
 
 def _settle(**overrides) -> bytes:
@@ -118,6 +139,13 @@ def _payout(**overrides) -> bytes:
         (_open(deadline_ms=-1), "deadline_ms"),
         (_open(deadline_ms=MAX_OPEN_DEADLINE_MS + 1), "deadline_ms"),
         (_open(deadline_ms=2.5), "deadline_ms"),
+        (_open(**{**PAYING, "escrow": ""}), "escrow"),  # a paying open names its escrow ...
+        (_open(**{**PAYING, "operator": "0x12"}), "operator"),  # ... and its operator, as addresses
+        (_open(**{**PAYING, "max_pay_wei": 0}), "largest pay"),
+        (_open(**{**PAYING, "chain_id": 0}), "chain id"),
+        (_open(**{**PAYING, "lane": -1}), "lane"),
+        (_open(escrow="x"), "escrow"),  # an unpaid one names none
+        (_frame(**{**{k: v for k, v in PAYING.items() if k != "max_pay_wei"}, "type": "open"}), "fields"),
         (
             _frame(
                 type="open",

@@ -156,15 +156,16 @@ class Ran:
 @dataclass(frozen=True)
 class Due:
     data_dir: Path  # the drafter's
-    target: str  # the target's peer id
+    operator: str  # the target's operator address ("" for an unbonded target)
     wei: int  # price x the drafter's credited tokens
 
     def settled(self) -> bool:
-        """The drafter's wallet holds a voucher for all it earned from the target."""
+        """The drafter's wallet holds a voucher for all it earned from the target's operator (the wallet
+        keys accounts by "<chain id>:<escrow>:<operator>")."""
         wallet = self.data_dir / "wallet.json"
         accounts = json.loads(wallet.read_text())["accounts"] if wallet.exists() else {}
-        account = accounts.get(self.target, {})
-        return account.get("earned_wei", 0) == self.wei and (not self.wei or bool(account.get("voucher")))
+        account = next((a for key, a in accounts.items() if self.operator and key.endswith(":" + self.operator)), {})
+        return account.get("earned_wei", 0) == self.wei and (not self.wei or bool(account.get("lanes")))
 
 
 def peer_id(node: NodeProcess) -> str:
@@ -216,9 +217,10 @@ class Shell:
         out = []
         for index, node, directory in self.drafter_nodes:
             health = http_json(f"{self.targets[index].lines['http'][0]}/health")
-            payments = (health.get("operator") or {}).get("payments") or {}
+            operator = health.get("operator") or {}
+            payments = operator.get("payments") or {}
             credited = health["drafters"].get(peer_id(node), {}).get("credited_tokens", 0)
-            out.append(Due(directory, peer_id(self.targets[index]), payments.get("price_wei", 0) * credited))
+            out.append(Due(directory, operator.get("address", ""), payments.get("price_wei", 0) * credited))
         return out
 
     def wait_for_vouchers(self) -> None:
@@ -383,9 +385,10 @@ def check_paid(ran: Ran, shell: Shell) -> None:
 
 
 def check_paid_shown(ran: Ran, shell: Shell) -> None:
-    """ "each drafter's paid and owed amounts": `chain status` lists the payout address as paid."""
+    """ "each drafter's lane: held, paid, owed": `chain status` lists the payout address's lane."""
     for address in (v for v in shell.variables.values() if re.fullmatch(r"0x[0-9a-fA-F]{40}", v)):
-        assert re.search(rf"-> {address}\s+paid [0-9.]+ ETH\s+owed", ran.stdout), ran.stdout
+        lane = rf"-> {address} lane \d+\s+holds [0-9.]+ ETH.*\s+paid [0-9.]+ ETH\s+owed [0-9.]+ ETH"
+        assert re.search(lane, ran.stdout), ran.stdout
 
 
 # (name, applies to a line when, check); each section names the checks it must have made
@@ -398,7 +401,7 @@ CHECKS: tuple[tuple[str, Callable[[Line], bool], Callable[[Ran, Shell], None]], 
     ("slashed", lambda line: "challenged, resolved, slashed, paid" in line.comment, check_slashed),
     ("key", lambda line: "specmarket keys new" in line.command, check_key),
     ("paid", lambda line: "prints what was paid" in line.comment, check_paid),
-    ("paid shown", lambda line: "each drafter's paid" in line.comment, check_paid_shown),
+    ("paid shown", lambda line: "each drafter's lane" in line.comment, check_paid_shown),
 )
 EXPECTED_CHECKS = {
     "by_hand": {"target", "ask", "curl"},

@@ -17,7 +17,7 @@ import {DrafterEscrow} from "../src/DrafterEscrow.sol";
 ///   CHALLENGER_BOND [0.1 ether]   SLASH_AMOUNT [1 ether]   CHALLENGER_REWARD_BPS [5000]
 ///   REFEREE_SET_DELAY [14400, must exceed UNBONDING_DELAY]
 ///   REFEREE_1..3 [anvil accounts 1-3]   REFEREE_THRESHOLD [2]
-///   ESCROW_WITHDRAWAL_DELAY [7200, at least DrafterEscrow.MIN_WITHDRAWAL_DELAY]
+///   ESCROW_THAWING_PERIOD [7200, at least DrafterEscrow.MIN_THAWING_PERIOD]
 ///
 ///   anvil --port 8545 &
 ///   tools/forge script script/Deploy.s.sol --rpc-url http://127.0.0.1:8545 --broadcast
@@ -43,11 +43,11 @@ contract Deploy is DevScript {
         referees[2] = vmx.envOr("SPECMARKET_REFEREE_3", Anvil.ACCOUNT_3);
         uint256 threshold = vmx.envOr("SPECMARKET_REFEREE_THRESHOLD", uint256(2));
         address owner = vmx.envOr("SPECMARKET_BOND_OWNER", deployer);
-        uint256 withdrawalDelay = vmx.envOr("SPECMARKET_ESCROW_WITHDRAWAL_DELAY", uint256(2 hours));
+        uint256 thawingPeriod = vmx.envOr("SPECMARKET_ESCROW_THAWING_PERIOD", uint256(2 hours));
 
         vmx.startBroadcast(deployerKey);
         bond = new SpecmarketBond(owner, c, referees, threshold);
-        escrow = new DrafterEscrow(withdrawalDelay);
+        escrow = new DrafterEscrow(thawingPeriod);
         vm.stopBroadcast();
     }
 }

@@ -32,7 +32,7 @@ contract DeployTest is TestBase {
         assertEq(bond.thresholdAt(1), 2, "epoch 1 threshold");
         (address[] memory pending,, uint256 eta) = bond.pendingRefereeSet();
         assertEq(pending.length + eta, 0, "no pending proposal");
-        assertEq(escrow.withdrawalDelay(), 2 hours, "escrow withdrawalDelay");
+        assertEq(escrow.thawingPeriod(), 2 hours, "escrow thawingPeriod");
         assertTrue(address(escrow) != address(bond), "a separate contract");
     }
 

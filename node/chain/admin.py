@@ -72,8 +72,8 @@ def deploy_fresh(chain: ChainConfig, cfg: DeployConfig) -> tuple[Deployment, Pat
         raise ChainError("off a dev chain, name the referees with --referee ADDRESS (repeatable)")
     threshold = cfg.threshold if cfg.threshold is not None else min(DEFAULT_THRESHOLD, len(referees))
     deployment, tx = deploy(w3, deployer, cfg.bond, referees, threshold)
-    escrow, escrow_tx = deploy_escrow(w3, deployer, cfg.withdrawal_delay)
-    deployment = replace(deployment, escrow=escrow, withdrawal_delay=cfg.withdrawal_delay)
+    escrow, escrow_tx = deploy_escrow(w3, deployer, cfg.thawing_period)
+    deployment = replace(deployment, escrow=escrow, thawing_period=cfg.thawing_period)
     return deployment, deployment.save(chain.deployments), tx.gas_used + escrow_tx.gas_used
 
 

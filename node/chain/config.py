@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from node.chain.anvil import DEFAULT_RPC
-from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, DEFAULT_WITHDRAWAL_DELAY_S, BondConfig
+from node.chain.deployment import DEFAULT_DEPLOYMENTS_DIR, DEFAULT_THAWING_PERIOD_S, BondConfig
 from node.model.pairs import DEFAULT_PAIR, get_pair
 from node.runtime.dirs import default_data_dir
 
@@ -32,7 +32,7 @@ class DeployConfig:
     referees: tuple[str, ...] = ()  # default on anvil: dev accounts 1-3
     threshold: int | None = None  # default: min(DEFAULT_THRESHOLD, referees)
     bond: BondConfig = field(default_factory=BondConfig)
-    withdrawal_delay: int = DEFAULT_WITHDRAWAL_DELAY_S  # the DrafterEscrow deployed beside it, seconds
+    thawing_period: int = DEFAULT_THAWING_PERIOD_S  # the DrafterEscrow deployed beside it, seconds
 
 
 @dataclass(frozen=True)

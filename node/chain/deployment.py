@@ -29,11 +29,12 @@ ANVIL_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_DEPLOYER, DEV_REFEREES, DEV_OPERATOR, DEV_CHALLENGER, DEV_TREASURY = 0, (1, 2, 3), 4, 5, 9
 DEFAULT_THRESHOLD = 2
 REFEREE_SET_MARGIN_S = 3600  # the default referee-set timelock is the unbonding delay plus this
-REDEEM_WINDOW_S = 3600  # a drafter redeems within this of a withdrawal request (DrafterEscrow.REDEEM_WINDOW)
-DEFAULT_WITHDRAWAL_DELAY_S = 2 * REDEEM_WINDOW_S  # DrafterEscrow's least withdrawal delay
+REDEEM_WINDOW_S = 3600  # a drafter redeems within this of a thaw request on its lane (DrafterEscrow.REDEEM_WINDOW)
+DEFAULT_THAWING_PERIOD_S = 2 * REDEEM_WINDOW_S  # DrafterEscrow's least thawing period
 DEFAULT_DRAFTER_PRICE_WEI = 10**12  # per accepted draft token: 0.000001 ETH (a 64-token answer pays < 0.0001 ETH)
 DEFAULT_ESCROW_DEPOSIT_WEI = ETHER // 10  # a target tops its escrow up to this at start: 100,000 tokens' pay
 DEFAULT_ESCROW_FLOOR_WEI = ETHER // 100  # below this the target warns, and /health says so
+DEFAULT_LANE_DEPOSIT_WEI = ETHER // 100  # the least a drafter's lane is topped up by: 10,000 tokens' pay
 
 
 @functools.cache
@@ -117,7 +118,7 @@ class Deployment:
     referees: tuple[str, ...]
     threshold: int
     escrow: str = ""  # the DrafterEscrow deployed beside the bond ("" in files written before it existed)
-    withdrawal_delay: int = 0  # ... and its withdrawal delay, seconds
+    thawing_period: int = 0  # ... and its thawing period, seconds
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -142,7 +143,7 @@ class Deployment:
                 referees=tuple(data["referees"]),
                 threshold=int(data["threshold"]),
                 escrow=str(data.get("escrow", "")),
-                withdrawal_delay=int(data.get("withdrawal_delay", 0)),
+                thawing_period=int(data.get("thawing_period", data.get("withdrawal_delay", 0))),
             )
         except FileNotFoundError:
             raise ChainError(

@@ -1,9 +1,10 @@
-"""DrafterEscrow over JSON-RPC: the operator's deposit that pays drafters' vouchers.
+"""DrafterEscrow over JSON-RPC: the operator's pool and the lanes that pay drafters' vouchers.
 
 Kept apart from SpecmarketBond on purpose: paying drafters never touches the bond or a challenge.
-The operator deposits, signs cumulative vouchers (node.chain.vouchers) and may withdraw only after
-``withdrawalDelay``; a drafter redeems its newest voucher and is paid the difference from what it
-was paid before (contracts/src/DrafterEscrow.sol states the rules).
+The operator deposits into its pool, moves funds into one lane per (drafter, lane id), signs
+cumulative vouchers per lane (node.chain.vouchers), and takes a lane's funds back only after
+``thawingPeriod``; a drafter redeems its newest voucher of a lane and is paid, from that lane only,
+the difference from what the lane paid before (contracts/src/DrafterEscrow.sol states the rules).
 """
 
 from __future__ import annotations
@@ -22,22 +23,25 @@ from node.chain.vouchers import SignedVoucher, escrow_domain
 
 
 @dataclass(frozen=True)
-class EscrowState:
-    """One operator's escrow, in wei: what it holds, and a withdrawal waiting for its delay."""
+class LaneState:
+    """One lane (operator, drafter, lane id), in wei: what it holds, what it paid and still owes
+    its drafter, and a thaw waiting for the thawing period."""
 
     balance: int
-    pending_withdrawal: int
-    withdrawal_ready_at: int  # unix time; 0 when none is pending
+    paid: int
+    owed: int  # what the latest redeemed voucher on this lane still owes (the lane held less)
+    thawing: int  # asked back by the operator; it leaves at ``thaw_ready_at`` unless redeemed first
+    thaw_ready_at: int  # unix time; 0 when no thaw is pending
 
     def available(self) -> int:
-        """What is left for vouchers once the pending withdrawal is taken."""
-        return max(0, self.balance - self.pending_withdrawal)
+        """What the lane holds for vouchers once the pending thaw is taken."""
+        return max(0, self.balance - self.thawing)
 
 
 @dataclass(frozen=True)
 class Redemption:
     amount: int  # wei paid by this redemption
-    short: int  # wei the voucher still owes (the escrow held less)
+    short: int  # wei the voucher still owes (the lane held less)
     tx: TxResult
 
 
@@ -50,25 +54,26 @@ class EscrowClient(ContractClient):
         super().__init__(w3, address, abi)
         self.domain = escrow_domain(self.domain.chain_id, self.address)
 
-    def state(self, operator: str) -> EscrowState:
-        operator = to_checksum_address(operator)
-        amount, ready_at = self.call("pendingWithdrawal", operator)
-        return EscrowState(int(self.call("balanceOf", operator)), int(amount), int(ready_at))
+    def pool(self, operator: str) -> int:
+        """The operator's unpledged funds (promised to no drafter)."""
+        return int(self.call("poolOf", to_checksum_address(operator)))
 
-    def paid(self, operator: str, drafter: str) -> int:
-        return int(self.call("paid", to_checksum_address(operator), to_checksum_address(drafter)))
+    def lane(self, operator: str, drafter: str, lane: int) -> LaneState:
+        row = self.call("lane", to_checksum_address(operator), to_checksum_address(drafter), lane)
+        return LaneState(*(int(x) for x in row))
 
-    def owed(self, operator: str, drafter: str) -> int:
-        return int(self.call("owed", to_checksum_address(operator), to_checksum_address(drafter)))
-
-    def withdrawal_delay(self) -> int:
-        return int(self.call("withdrawalDelay"))
+    def thawing_period(self) -> int:
+        return int(self.call("thawingPeriod"))
 
     def deposit(self, key: bytes | str, amount: int, operator: str | None = None) -> TxResult:
-        """Deposit ``amount`` wei for ``operator`` (default: the sender)."""
+        """Deposit ``amount`` wei into ``operator``'s pool (default: the sender's)."""
         if operator is None:
             return self.send(key, "deposit", value=amount)
         return self.send(key, "depositFor", to_checksum_address(operator), value=amount)
+
+    def fund_lane(self, key: bytes | str, drafter: str, lane: int, from_pool: int, value: int = 0) -> TxResult:
+        """Move ``from_pool`` wei of the sender's pool, plus ``value`` sent along, into a lane."""
+        return self.send(key, "fundLane", to_checksum_address(drafter), lane, from_pool, value=value)
 
     def redeem(self, key: bytes | str, signed: SignedVoucher) -> Redemption:
         """Redeem ``signed`` from its drafter's account (only the drafter may)."""
@@ -82,23 +87,27 @@ class EscrowClient(ContractClient):
         short = sum(int(e["shortWei"]) for e in self.decode_events(tx, "Owed"))
         return Redemption(int(redeemed["amount"]), short, tx)
 
-    def request_withdrawal(self, key: bytes | str, amount: int) -> TxResult:
-        return self.send(key, "requestWithdrawal", amount)
+    def request_thaw(self, key: bytes | str, drafter: str, lane: int, amount: int) -> TxResult:
+        return self.send(key, "requestThaw", to_checksum_address(drafter), lane, amount)
 
-    def cancel_withdrawal(self, key: bytes | str) -> TxResult:
-        return self.send(key, "cancelWithdrawal")
+    def cancel_thaw(self, key: bytes | str, drafter: str, lane: int) -> TxResult:
+        return self.send(key, "cancelThaw", to_checksum_address(drafter), lane)
 
-    def withdraw(self, key: bytes | str) -> TxResult:
-        return self.send(key, "withdraw")
+    def thaw(self, key: bytes | str, drafter: str, lane: int) -> TxResult:
+        return self.send(key, "thaw", to_checksum_address(drafter), lane)
+
+    def withdraw(self, key: bytes | str, amount: int) -> TxResult:
+        """Take ``amount`` wei of the sender's pool back (at once: the pool is promised to nobody)."""
+        return self.send(key, "withdraw", amount)
 
 
-def deploy_escrow(w3: Web3, deployer_key: bytes | str, withdrawal_delay: int) -> tuple[str, TxResult]:
+def deploy_escrow(w3: Web3, deployer_key: bytes | str, thawing_period: int) -> tuple[str, TxResult]:
     """Deploy a new DrafterEscrow; its address and the transaction."""
     abi, bytecode = load_artifact(ESCROW)
     deployer = Account.from_key(deployer_key)
     factory = w3.eth.contract(abi=abi, bytecode=bytecode)
     try:
-        tx = factory.constructor(withdrawal_delay).build_transaction(
+        tx = factory.constructor(thawing_period).build_transaction(
             {"from": deployer.address, "nonce": w3.eth.get_transaction_count(deployer.address, "pending")}
         )
     except ContractLogicError as exc:
@@ -108,38 +117,38 @@ def deploy_escrow(w3: Web3, deployer_key: bytes | str, withdrawal_delay: int) ->
 
 
 def escrow_status(escrow: EscrowClient) -> dict:
-    """JSON-ready, for `specmarket chain status`: each operator's escrow (balance, a pending
-    withdrawal) and each paid pair's paid and still-owed amounts, every amount in ETH."""
+    """JSON-ready, for `specmarket chain status`: each operator's pool and each funded lane (balance,
+    paid, owed, a pending thaw), every amount in ETH."""
     operators = sorted({e["operator"] for e in escrow.events("Deposited")})
-    pairs = sorted({(e["operator"], e["drafter"]) for e in escrow.events("Redeemed")})
-    escrows = {}
-    for operator in operators:
-        state = escrow.state(operator)
-        escrows[operator] = {
-            "balance": format_ether(state.balance),
-            "pending_withdrawal": format_ether(state.pending_withdrawal),
-            "withdrawal_ready_at": state.withdrawal_ready_at or None,
-        }
-    paid = [
-        {
+    lanes = sorted({(e["operator"], e["drafter"], int(e["lane"])) for e in escrow.events("LaneFunded")})
+    pools = {op: format_ether(escrow.pool(op)) for op in operators}
+    rows = []
+    for op, dr, lane_id in lanes:
+        state = escrow.lane(op, dr, lane_id)
+        rows.append({
             "operator": op,
             "drafter": dr,
-            "paid": format_ether(escrow.paid(op, dr)),
-            "owed": format_ether(escrow.owed(op, dr)),
-        }
-        for op, dr in pairs
-    ]
-    return {"address": escrow.address, "withdrawal_delay": escrow.withdrawal_delay(), "escrows": escrows, "paid": paid}
+            "lane": lane_id,
+            "balance": format_ether(state.balance),
+            "paid": format_ether(state.paid),
+            "owed": format_ether(state.owed),
+            "thawing": format_ether(state.thawing),
+            "thaw_ready_at": state.thaw_ready_at or None,
+        })  # fmt: skip
+    return {"address": escrow.address, "thawing_period": escrow.thawing_period(), "pools": pools, "lanes": rows}
 
 
 def escrow_lines(status: dict | None) -> list[str]:
     """``escrow_status`` as text lines (none when no escrow is deployed)."""
     if status is None:
         return ["drafter escrow: none deployed (`specmarket chain deploy` deploys one)"]
-    lines = [f"drafter escrow {status['address']} (withdrawal delay {status['withdrawal_delay']} s):"]
-    for operator, row in status["escrows"].items():
-        pending = f", withdrawing {row['pending_withdrawal']}" if row["withdrawal_ready_at"] else ""
-        lines.append(f"  {operator}  holds {row['balance']}{pending}")
-    for row in status["paid"]:
-        lines.append(f"  {row['operator']} -> {row['drafter']}  paid {row['paid']}  owed {row['owed']}")
+    lines = [f"drafter escrow {status['address']} (thawing period {status['thawing_period']} s):"]
+    for operator, pool in status["pools"].items():
+        lines.append(f"  {operator}  pool {pool}")
+    for row in status["lanes"]:
+        thawing = f", thawing {row['thawing']}" if row["thaw_ready_at"] else ""
+        lines.append(
+            f"  {row['operator']} -> {row['drafter']} lane {row['lane']}  holds {row['balance']}{thawing}  "
+            f"paid {row['paid']}  owed {row['owed']}"
+        )
     return lines

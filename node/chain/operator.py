@@ -119,16 +119,16 @@ class Operator:
         """Pay drafters from the DrafterEscrow at ``escrow``: top it up to ``cfg.deposit_wei`` (on a dev
         chain, funding the operator's account first) and sign vouchers at ``cfg.price_wei``."""
         paymaster = Paymaster(EscrowClient(self.client.w3, escrow), self._key, cfg, underpay=underpay)
-        missing = cfg.deposit_wei - paymaster.escrow.state(self.address).balance
+        missing = cfg.deposit_wei - paymaster.escrow.pool(self.address)
         if missing > 0:
             self._fund(missing + GAS_RESERVE_WEI // 10)
-        state = paymaster.ensure_funded()
+        pool = paymaster.ensure_funded()
         log.info(
-            "operator %s pays drafters %d wei per accepted token from escrow %s (%s held)",
+            "operator %s pays drafters %d wei per accepted token from escrow %s (%s in its pool)",
             self.address,
             cfg.price_wei,
             paymaster.escrow.address,
-            format_ether(state.balance),
+            format_ether(pool),
         )
         self.paymaster = paymaster
         return paymaster

@@ -1,13 +1,16 @@
 """EIP-712 drafter vouchers, byte-compatible with contracts/src/DrafterEscrow.sol.
 
 A voucher is the operator's signed promise that ``drafter`` has earned ``cumulative_wei`` in all
-from ``operator``: each new voucher supersedes the last, and ``DrafterEscrow.redeem`` pays the
-difference between it and what the pair has been paid so far. Cumulative vouchers are the payment
+from ``operator`` on one *lane*: each new voucher supersedes the last on its lane, and
+``DrafterEscrow.redeem`` pays, out of that lane only, the difference between it and what the lane
+has paid so far. A lane is funds the operator set aside for one drafter, counted over (chain,
+escrow, operator, drafter, lane): every ledger of an operator has a lane id of its own
+(market.ledger), so two ledgers under one key never count over the same total. Cumulative vouchers are the payment
 channels of Filecoin's retrieval market and Lightning: a lost or replayed voucher costs nothing,
 because only the newest one matters and an older one pays nothing.
 
-Typed data: ``Voucher(address operator,address drafter,uint256 cumulativeWei,uint64 issuedAt)`` in
-the domain ("SpecmarketDrafterEscrow", "1", chainId, escrow). ``issued_at`` is informational (the
+Typed data: ``Voucher(address operator,address drafter,uint64 lane,uint256 cumulativeWei,uint64 issuedAt)``
+in the domain ("SpecmarketDrafterEscrow", "2", chainId, escrow). ``issued_at`` is informational (the
 contract does not check it): a cumulative voucher never expires.
 """
 
@@ -32,14 +35,15 @@ from node.chain.receipts import (
 )
 
 ESCROW_EIP712_NAME = "SpecmarketDrafterEscrow"
-ESCROW_EIP712_VERSION = "1"
+ESCROW_EIP712_VERSION = "2"  # 2: lanes
 MAX_U256 = (1 << 256) - 1
-MAX_VOUCHER_BYTES = 1024  # a voucher as JSON is ~420 bytes; a network message with more is refused
-VOUCHER_FORMAT = 1
+MAX_VOUCHER_BYTES = 1024  # a voucher as JSON is ~450 bytes; a network message with more is refused
+VOUCHER_FORMAT = 2  # 2: the lane
 VOUCHER_TYPES = {
     "Voucher": [
         {"name": "operator", "type": "address"},
         {"name": "drafter", "type": "address"},
+        {"name": "lane", "type": "uint64"},
         {"name": "cumulativeWei", "type": "uint256"},
         {"name": "issuedAt", "type": "uint64"},
     ]
@@ -59,14 +63,16 @@ def escrow_domain(chain_id: int, escrow: str) -> Domain:
 class Voucher:
     operator: str
     drafter: str
+    lane: int  # the operator's lane for this drafter (uint64): totals are counted per lane
     cumulative_wei: int
     issued_at: int
 
-    def as_tuple(self) -> tuple[str, str, int, int]:
+    def as_tuple(self) -> tuple[str, str, int, int, int]:
         """The contract's ``Voucher`` struct."""
         return (
             to_checksum_address(self.operator),
             to_checksum_address(self.drafter),
+            self.lane,
             self.cumulative_wei,
             self.issued_at,
         )
@@ -102,6 +108,7 @@ class SignedVoucher:
             "escrow": to_checksum_address(self.domain.contract),
             "operator": to_checksum_address(v.operator),
             "drafter": to_checksum_address(v.drafter),
+            "lane": v.lane,
             "cumulative_wei": str(v.cumulative_wei),  # a decimal string: JSON numbers lose precision past 2**53
             "issued_at": v.issued_at,
             "signature": "0x" + self.signature.hex(),
@@ -134,6 +141,7 @@ class SignedVoucher:
             voucher = Voucher(
                 check_address(data["operator"], "operator", VoucherError),
                 check_address(data["drafter"], "drafter", VoucherError),
+                check_uint(data["lane"], MAX_U64, "lane", VoucherError),
                 int(wei),
                 check_uint(data["issued_at"], MAX_U64, "issued_at", VoucherError),
             )

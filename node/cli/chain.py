@@ -18,8 +18,8 @@ from pathlib import Path
 
 from node.chain.config import ChainConfig, ChallengeConfig, DeployConfig, RefereeConfig
 from node.chain.deployment import (
+    DEFAULT_THAWING_PERIOD_S,
     DEFAULT_THRESHOLD,
-    DEFAULT_WITHDRAWAL_DELAY_S,
     DEV_CHALLENGER,
     DEV_DEPLOYER,
     REDEEM_WINDOW_S,
@@ -55,7 +55,7 @@ def _deploy_config(args: argparse.Namespace) -> DeployConfig:
     if args.reward_bps is not None:
         fields["challenger_reward_bps"] = args.reward_bps
     bond = dataclasses.replace(BondConfig(), **fields)
-    delay = {"withdrawal_delay": args.withdrawal_delay} if args.withdrawal_delay is not None else {}
+    delay = {"thawing_period": args.thawing_period} if args.thawing_period is not None else {}
     return DeployConfig(args.deployer_key, tuple(args.referee or ()), args.threshold, bond, **delay)
 
 
@@ -459,11 +459,11 @@ def _deploy_options(p: argparse.ArgumentParser) -> None:
         f"(default: the unbonding delay + {REFEREE_SET_MARGIN_S})",
     )
     p.add_argument(
-        "--withdrawal-delay",
+        "--thawing-period",
         type=int,
-        help="seconds between an operator's request to withdraw from the DrafterEscrow and the withdrawal; at "
-        f"least twice the {REDEEM_WINDOW_S} s drafters are told to redeem within "
-        f"(default {DEFAULT_WITHDRAWAL_DELAY_S})",
+        help="seconds between an operator's request to take funds back from a drafter's lane in the DrafterEscrow "
+        f"(requestThaw) and the thaw; at least twice the {REDEEM_WINDOW_S} s drafters are told to redeem within "
+        f"(default {DEFAULT_THAWING_PERIOD_S})",
     )
 
 

@@ -103,12 +103,18 @@ def _add_target(sub) -> None:
     p.add_argument(
         "--escrow-deposit",
         metavar="ETH",
-        help=f"top the drafter escrow up to this at start (default {d['escrow_deposit']})",
+        help=f"top the operator's pool in the drafter escrow up to this at start (default {d['escrow_deposit']})",
     )
     p.add_argument(
         "--escrow-floor",
         metavar="ETH",
-        help=f"below this much escrow for vouchers the node warns and /health says so (default {d['escrow_floor']})",
+        help=f"below this much in the escrow pool the node warns and /health says so (default {d['escrow_floor']})",
+    )
+    p.add_argument(
+        "--lane-deposit",
+        metavar="ETH",
+        help="the least a drafter's lane is topped up by when it cannot cover what is owed plus one more job "
+        f"(from the pool first; default {d['lane_deposit']})",
     )
     p.add_argument(
         "--cheat",

@@ -30,13 +30,16 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.utils.varint import encode_uvarint
 
+from node.chain.codehash import NotOurEscrow
 from node.chain.vouchers import SignedVoucher
 from node.client.http import http_json
 from node.drafter.config import DrafterConfig
+from node.drafter.cover import COVER_WAIT_S, CoverChecks
 from node.drafter.redeem import redeem_voucher
 from node.drafter.session import MS, DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
-from node.drafter.wallet import Wallet, WalletFull, escrow_shortfall
+from node.drafter.terms import Terms
+from node.drafter.wallet import Wallet, WalletFull
 from node.model.adapter import HFCausalLM
 from node.model.loading import load_model_dir, tokenizer_fingerprint
 from node.model.prefix_cache import PrefixCache
@@ -53,7 +56,6 @@ SESSION_IDLE_TIMEOUT_S = 300.0  # a target silent this long has abandoned the jo
 SEND_TIMEOUT_S = 5.0
 MAX_SESSIONS = 32  # sessions at once; one more is refused with an error frame (the target holds no grudge)
 REFUSE_SEND_TIMEOUT_S = 2.0
-RECHECK_TIMEOUT_S = 5.0  # a lapsed escrow verdict's chain check, before a session is served
 LOOKUP_TIMEOUT_S = 5.0  # the target's /health must answer this soon (--target-http)
 MAX_HEALTH_BYTES = 1 << 20
 MAX_LOOKUP_ADDRS = 16
@@ -121,6 +123,7 @@ class DrafterNode:
         self.model.fork().extend([self.tokenizer.eos_token_id])  # warm up: the first forward pass is slow
         self.prefixes = PrefixCache(self.model)  # node.model.prefix_cache
         self.wallet = Wallet.open(cfg.data_dir, cfg.payout, lock=True)  # one drafter per data dir
+        self.checks = CoverChecks(cfg.rpc) if cfg.rpc else None  # the chain checks before a paid job
         self.background: trio.Nursery | None = None  # escrow checks run here (run())
 
     def _new_session(self, msg: Open) -> DraftSession:
@@ -151,17 +154,17 @@ class DrafterNode:
         first = await fs.receive(SESSION_IDLE_TIMEOUT_S)
         if not isinstance(first, Open):
             raise ProtocolViolation(f"expected open, got {type(first).__name__.lower()}")
-        if self.cfg.rpc and self.wallet.lapsed(fs.peer_id):
-            await self._recheck_cover(fs.peer_id)
-        if (refusal := self.wallet.refusal(fs.peer_id)) is not None:
+        terms = Terms.of(first)  # who pays, from where: the wallet's account is the operator's, not the peer's
+        if terms is not None and (refusal := self.wallet.refusal(terms.account)) is not None:
             raise Refused(refusal)
         if first.price_wei < self.cfg.min_price_wei:  # before any work: no fork, no forward pass
             raise Refused(f"price {first.price_wei} wei per accepted token is below this drafter's minimum "
                           f"{self.cfg.min_price_wei} wei (--min-price)")  # fmt: skip
         session = self._new_session(first)
-        if first.price_wei:
+        if terms is not None:
+            session.terms = terms
             try:
-                self.wallet.opened(fs.peer_id, first.price_wei)
+                self.wallet.opened(terms)
             except WalletFull as exc:
                 raise Refused(str(exc)) from None
             if self.wallet.payout is not None:  # before any draft: the target pays this address
@@ -179,6 +182,8 @@ class DrafterNode:
     async def _serve_session(self, fs: FrameStream, session: DraftSession) -> None:
         try:
             async with trio.open_nursery() as nursery:
+                if session.terms is not None and self.checks is not None and self.wallet.payout is not None:
+                    nursery.start_soon(self._check_cover, session.terms, self.wallet.payout)
                 nursery.start_soon(self._drafting, fs, session)
                 await self._read_advances(fs, session)
         except BaseExceptionGroup as group:  # the reader's end (or a failed send) is the session's end
@@ -208,45 +213,52 @@ class DrafterNode:
         if msg is not None and (msg.job != session.job or msg.accepted < session.credited):
             raise ProtocolViolation(f"settle for job {msg.job!r} with {msg.accepted} accepted does not fit the session")
         session.settled = True
-        if not session.price_wei:
+        if session.terms is None:
             return
         accepted, voucher = (msg.accepted, msg.voucher) if msg is not None else (session.credited, "")
-        kept = self.wallet.settle(target, session.job, session.price_wei, accepted, voucher)
+        kept = self.wallet.settle(session.terms, session.job, accepted, voucher)
         log.info(
             "job %s: credited by the target: %d draft tokens at %d wei (by its last advance: %d; matched by "
             "this drafter's own count, which bounds that: %d)%s",
             session.job, accepted, session.price_wei, session.credited, session.matched,
             f"; voucher for {kept.voucher.cumulative_wei} wei in all" if kept is not None else "",
         )  # fmt: skip
-        if kept is not None and self.cfg.rpc and self.background is not None:
-            self.background.start_soon(self._after_voucher, target, kept)
+        if kept is not None and self.cfg.redeem_above is not None and self.background is not None:
+            self.background.start_soon(self._redeem, session.terms.account, kept)
 
-    async def _recheck_cover(self, target: str) -> None:
-        """A lapsed verdict on ``target``'s escrow, judged again against the chain before serving it."""
-        kept = self.wallet.vouchers().get(target)
-        if kept is None or self.cfg.rpc is None:
-            return
-        check = partial(escrow_shortfall, self.cfg.rpc, kept)
-        with trio.move_on_after(RECHECK_TIMEOUT_S):
-            try:
-                self.wallet.mark_cover(target, await trio.to_thread.run_sync(check, abandon_on_cancel=True))
-            except (SpecmarketError, OSError) as exc:
-                log.warning("cannot check %s's escrow again: %s", target, exc)
-
-    async def _after_voucher(self, target: str, kept: SignedVoucher) -> None:
-        """With --rpc: whether the escrow can pay what is unredeemed, and with --redeem-above, redeem
-        (chain calls, in a worker thread)."""
-        cfg = self.cfg
-        assert cfg.rpc is not None
+    async def _check_cover(self, terms: Terms, payout: str) -> None:
+        """With --rpc, as the job starts: the escrow is the real one and this drafter's lane covers what
+        is unredeemed plus this job (node.drafter.cover); Refused otherwise, which ends the session at once.
+        It runs beside the job's first drafts (a new lane is funded when the target reads the payout, and
+        a short job would be over before a check that waits for it): the lane covered everything up to the
+        last job when that job was checked, and nothing but this drafter's redemptions or a whole thawing
+        period takes from it, so what a failed check puts at risk is this one job's pay. A fake escrow is a
+        verdict on the operator (it lapses like the others); a lane not funded in time only refuses this job."""
+        assert self.checks is not None
+        check = partial(self.checks.wait_for_cover, terms, payout, self.wallet.lane_voucher(terms))
         try:
-            uncovered = await trio.to_thread.run_sync(escrow_shortfall, cfg.rpc, kept, abandon_on_cancel=True)
-            self.wallet.mark_cover(target, uncovered)
-            if cfg.redeem_above is not None and cfg.key_file is not None:  # uncovered too: take what is left
-                redeem = partial(redeem_voucher, cfg.rpc, cfg.key_file, target, kept, cfg.redeem_above)
-                row = await trio.to_thread.run_sync(redeem, abandon_on_cancel=True)
-                (log.warning if row.error else log.info)("%s", row.line())
+            with trio.fail_after(COVER_WAIT_S + SEND_TIMEOUT_S):
+                why = await trio.to_thread.run_sync(check, abandon_on_cancel=True)
+        except NotOurEscrow as exc:
+            self.wallet.mark_cover(terms.account, str(exc))
+            raise Refused(f"unpaid: {exc}") from None
+        except trio.TooSlowError:
+            why = f"the chain did not answer within {COVER_WAIT_S + SEND_TIMEOUT_S:.0f} s"
+        if why:
+            raise Refused(f"unpaid: {why}")
+        self.wallet.mark_cover(terms.account, "")  # a lapsed verdict, judged again: the escrow is good
+
+    async def _redeem(self, account: str, kept: SignedVoucher) -> None:
+        """With --redeem-above: redeem once the voucher's lane owes this drafter that much (a chain call,
+        in a worker thread)."""
+        cfg = self.cfg
+        assert cfg.rpc is not None and cfg.key_file is not None and cfg.redeem_above is not None
+        try:
+            redeem = partial(redeem_voucher, cfg.rpc, cfg.key_file, account, kept, cfg.redeem_above)
+            row = await trio.to_thread.run_sync(redeem, abandon_on_cancel=True)
+            (log.warning if row.error else log.info)("%s", row.line())
         except (SpecmarketError, OSError) as exc:
-            log.warning("cannot check or redeem %s's voucher: %s", target, exc)
+            log.warning("cannot redeem %s's voucher: %s", account, exc)
 
     async def _drafting(self, fs: FrameStream, session: DraftSession) -> None:
         """Draft what the session needs next and send it; wait for an advance when nothing is needed."""

@@ -1,4 +1,5 @@
-"""`specmarket drafter redeem`: redeem the wallet's newest voucher from each operator at its escrow.
+"""`specmarket drafter redeem`: redeem the wallet's newest voucher on each lane of each operator at
+its escrow (DrafterEscrow pays a voucher out of its own lane: each lane is redeemed on its own).
 
 Only the voucher's drafter may redeem it (DrafterEscrow pays the caller, a pull payment), so the key
 must be the payout address's. A voucher already redeemed in full is skipped without a transaction
@@ -28,7 +29,7 @@ class RedeemError(SpecmarketError):
 
 @dataclass(frozen=True)
 class Redeemed:
-    target: str  # the target's peer id
+    lane_key: str  # where the wallet keeps the voucher: ``<chain id>:<escrow>:<operator>:<lane>``
     operator: str
     voucher_wei: int  # the voucher's cumulative amount
     paid_wei: int  # this redemption (0: nothing new)
@@ -40,7 +41,7 @@ class Redeemed:
     error: str = ""  # why it could not be redeemed (no gas, another key's voucher, another chain)
 
     def line(self) -> str:
-        head = f"{self.target}: operator {self.operator}: "
+        head = f"{self.lane_key}: "
         if self.error:
             return head + f"not redeemed: {self.error}"
         if self.skipped:
@@ -55,20 +56,21 @@ class Redeemed:
 def redeem_all(data_dir: Path, rpc: str, key: bytes) -> list[Redeemed]:
     """Redeem every voucher in the wallet at ``data_dir`` from ``key``'s account (blocking)."""
     w3 = connect(rpc)
-    return [redeem_one(w3, key, target, signed) for target, signed in Wallet.open(data_dir, None).vouchers().items()]
+    vouchers = Wallet.open(data_dir, None).vouchers()
+    return [redeem_one(w3, key, lane_key, signed) for lane_key, signed in vouchers.items()]
 
 
-def redeem_one(w3, key: bytes, target: str, signed: SignedVoucher, at_least_wei: int = 1) -> Redeemed:
-    """Redeem one voucher from ``key``'s account if it pays at least ``at_least_wei`` more than was
-    paid before (blocking)."""
+def redeem_one(w3, key: bytes, lane_key: str, signed: SignedVoucher, at_least_wei: int = 1) -> Redeemed:
+    """Redeem one voucher from ``key``'s account if it pays at least ``at_least_wei`` more than its
+    lane paid before (blocking). ``lane_key`` names it in the row."""
     me, v = Account.from_key(key).address, signed.voucher
-    row = Redeemed(target, v.operator, v.cumulative_wei, 0, 0, 0)
+    row = Redeemed(lane_key, v.operator, v.cumulative_wei, 0, 0, 0)
     if v.drafter != me:
         return replace(row, error=f"the voucher pays {v.drafter}, not this key's {me}")
     if signed.domain.chain_id != w3.eth.chain_id:
         return replace(row, error=f"the voucher is for chain {signed.domain.chain_id}, the RPC's is {w3.eth.chain_id}")
     escrow = EscrowClient(w3, signed.domain.contract)
-    paid = escrow.paid(v.operator, v.drafter)
+    paid = escrow.lane(v.operator, v.drafter, v.lane).paid
     if v.cumulative_wei <= paid:
         return replace(row, skipped=f"nothing new: {format_ether(paid)} paid of {format_ether(v.cumulative_wei)}")
     if v.cumulative_wei - paid < at_least_wei:
@@ -79,11 +81,11 @@ def redeem_one(w3, key: bytes, target: str, signed: SignedVoucher, at_least_wei:
     except ChainError as exc:
         return replace(row, error=str(exc))
     tx = done.tx
-    return Redeemed(target, v.operator, v.cumulative_wei, done.amount, paid, done.short, tx.gas_used, tx.tx_hash)
+    return Redeemed(lane_key, v.operator, v.cumulative_wei, done.amount, paid, done.short, tx.gas_used, tx.tx_hash)
 
 
-def redeem_voucher(rpc: str, key_file: Path, target: str, signed: SignedVoucher, at_least_wei: int) -> Redeemed:
+def redeem_voucher(rpc: str, key_file: Path, lane_key: str, signed: SignedVoucher, at_least_wei: int) -> Redeemed:
     """``redeem_one`` from a key file (the drafter's --redeem-above; blocking)."""
     from node.chain.keys import read_key
 
-    return redeem_one(connect(rpc), read_key(key_file), target, signed, at_least_wei)
+    return redeem_one(connect(rpc), read_key(key_file), lane_key, signed, at_least_wei)

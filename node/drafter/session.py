@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 import trio
 
 from node.drafter.strategies import Behaviour
+from node.drafter.terms import Terms
 from p2p.messages import MAX_DRAFT_MS, Advance, Draft
 from verifier.decode import Proposer
 from verifier.errors import SpecmarketError
@@ -109,6 +110,7 @@ class DraftSession:
     tokens_sent: int = 0  # draft tokens sent (answers and early drafts), for the session's last log line
     garbage_index: int = 0
     price_wei: int = 0  # what the target pays per accepted draft token (its open)
+    terms: Terms | None = None  # a paying open's terms (node.drafter.terms); None: unpaid
     # own count: tokens of this drafter's answers that the emitted tokens matched, in the rounds an advance
     # closed; an upper bound of ``credited`` (the job's last round is only in the settle's count)
     matched: int = 0

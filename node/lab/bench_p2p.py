@@ -185,7 +185,7 @@ class LocalDrafting:
         self.draft = draft
 
     @asynccontextmanager
-    async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator:
+    async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int, max_tokens: int) -> AsyncIterator:
         yield _TimedLocalProposer(self.draft)
 
 

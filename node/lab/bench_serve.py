@@ -75,7 +75,7 @@ class LocalDrafting:
         self.draft, self.drafts, self.replay = draft, drafts, replay
 
     @asynccontextmanager
-    async def job(self, job_id, params, seed, gamma):
+    async def job(self, job_id, params, seed, gamma, max_tokens):
         yield _Draft(self.draft, self.drafts, self.replay)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from node.chain.deployment import (
     DEFAULT_DRAFTER_PRICE_WEI,
-    DEFAULT_WITHDRAWAL_DELAY_S,
+    DEFAULT_THAWING_PERIOD_S,
     DEV_DEPLOYER,
     ETHER,
     Deployment,
@@ -36,8 +36,8 @@ def with_escrow(w3, deployment: Deployment) -> Deployment:
     """``deployment`` with a DrafterEscrow deployed beside its bond (what `specmarket chain deploy` does)."""
     from node.chain.escrow import deploy_escrow
 
-    escrow, _ = deploy_escrow(w3, dev_key(DEV_DEPLOYER), DEFAULT_WITHDRAWAL_DELAY_S)
-    return replace(deployment, escrow=escrow, withdrawal_delay=DEFAULT_WITHDRAWAL_DELAY_S)
+    escrow, _ = deploy_escrow(w3, dev_key(DEV_DEPLOYER), DEFAULT_THAWING_PERIOD_S)
+    return replace(deployment, escrow=escrow, thawing_period=DEFAULT_THAWING_PERIOD_S)
 
 
 def payees(work: Path, names: list[str]) -> dict[str, Payee]:
@@ -64,7 +64,7 @@ def redeem_rows(rpc: str, work: Path, payees_by_name: dict[str, Payee], credited
     rows = []
     for name, payee in payees_by_name.items():
         transfer(w3, dev_key(DEV_DEPLOYER), payee.address, REDEEM_GAS_FUNDS_WEI)
-        account = next(iter(Wallet.open(work / name, None).accounts.values()), None)
+        accounts = list(Wallet.open(work / name, None).accounts.values())  # one per operator (the demo has one)
         before = w3.eth.get_balance(payee.address)
         redeemed = redeem_all(work / name, rpc, read_key(payee.key_file))
         gas_wei = sum(_gas_wei(w3, r.tx) for r in redeemed if r.tx)
@@ -73,9 +73,9 @@ def redeem_rows(rpc: str, work: Path, payees_by_name: dict[str, Payee], credited
                 "name": name,
                 "strategy": name.split("-", 1)[1],
                 "credited": credited.get(name, 0),
-                "price_wei": account.price_wei if account is not None else DEFAULT_DRAFTER_PRICE_WEI,
-                "earned_wei": account.earned_wei if account is not None else 0,
-                "voucher_wei": account.voucher_wei() if account is not None else 0,
+                "price_wei": accounts[0].price_wei if accounts else DEFAULT_DRAFTER_PRICE_WEI,
+                "earned_wei": sum(a.earned_wei for a in accounts),
+                "voucher_wei": sum(a.voucher_wei() for a in accounts),  # the newest voucher of every lane
                 "redeemed_wei": sum(r.paid_wei for r in redeemed),
                 "balance_gain_wei": w3.eth.get_balance(payee.address) - before + gas_wei,
                 "redeem_gas": sum(r.gas for r in redeemed),

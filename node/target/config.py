@@ -17,6 +17,7 @@ from node.chain.deployment import (
     DEFAULT_DRAFTER_PRICE_WEI,
     DEFAULT_ESCROW_DEPOSIT_WEI,
     DEFAULT_ESCROW_FLOOR_WEI,
+    DEFAULT_LANE_DEPOSIT_WEI,
     format_ether,
     parse_ether,
 )
@@ -117,6 +118,7 @@ class TargetConfig:
     drafter_price: int = DEFAULT_DRAFTER_PRICE_WEI
     escrow_deposit: str = format_ether(DEFAULT_ESCROW_DEPOSIT_WEI).removesuffix(" ETH")  # topped up to at start
     escrow_floor: str = format_ether(DEFAULT_ESCROW_FLOOR_WEI).removesuffix(" ETH")  # below it: warn, /health says so
+    lane_deposit: str = format_ether(DEFAULT_LANE_DEPOSIT_WEI).removesuffix(" ETH")  # least lane top-up
     cheat: Cheat = Cheat.NONE  # a DISHONEST operator, for tests and demos
     new_receipt_store: bool = False  # start a new receipt store where the old one is missing or unusable
     max_jobs: int = DEFAULT_MAX_JOBS  # jobs at once (HTTP and libp2p); one more is refused, not queued
@@ -154,7 +156,11 @@ class TargetConfig:
                 raise InvalidParams(f"{name} must be in (0, {MAX_HTTP_TIMEOUT_S:.0f}] seconds, got {value}")
         if isinstance(self.drafter_price, bool) or not 0 <= self.drafter_price <= MAX_PRICE_WEI:
             raise InvalidParams(f"--drafter-price must be wei in [0, {MAX_PRICE_WEI}], got {self.drafter_price}")
-        parse_ether(self.escrow_deposit), parse_ether(self.escrow_floor)  # a clear error now, not at bonding
+        (
+            parse_ether(self.escrow_deposit),
+            parse_ether(self.escrow_floor),
+            parse_ether(self.lane_deposit),
+        )  # a clear error now, not at bonding
         if self.cheat is not Cheat.NONE and not self.chain:
             raise InvalidParams("--cheat only makes sense for a bonded node: add --chain RPC_URL")
         self.http_host_port  # validates --http  # noqa: B018
@@ -188,7 +194,12 @@ class TargetConfig:
         from node.chain.operator import OperatorConfig  # web3 and eth_account: only for a bonded node
         from node.chain.paymaster import PaymentConfig
 
-        payments = PaymentConfig(self.drafter_price, parse_ether(self.escrow_deposit), parse_ether(self.escrow_floor))
+        payments = PaymentConfig(
+            self.drafter_price,
+            parse_ether(self.escrow_deposit),
+            parse_ether(self.escrow_floor),
+            parse_ether(self.lane_deposit),
+        )
         return OperatorConfig(
             rpc=self.chain,
             deployments_dir=Path(self.deployments),

@@ -142,9 +142,10 @@ class JobObserver(Protocol):
 
 class DraftingBackend(Protocol):
     def job(
-        self, job_id: str, params: SamplingParams, seed: int, gamma: int
+        self, job_id: str, params: SamplingParams, seed: int, gamma: int, max_tokens: int
     ) -> AbstractAsyncContextManager[JobProposer | None]:
-        """Open draft sessions for one job; yields None when no drafter is available."""
+        """Open draft sessions for one job of at most ``max_tokens`` new tokens; yields None when no
+        drafter is available."""
 
 
 class TextStream:
@@ -282,7 +283,7 @@ def measure_plain_pass(model) -> float:
 
 
 @asynccontextmanager
-async def _no_drafting(job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator[None]:
+async def _no_drafting() -> AsyncIterator[None]:
     yield None
 
 
@@ -355,10 +356,10 @@ class Engine:
         leaves after the prompt, at most MAX_NEW_TOKENS (a full window is refused as too long)."""
         return max(1, min(MAX_NEW_TOKENS, self.pair.target.max_positions - prompt_len))
 
-    def _job_context(self, job_id: str, params: SamplingParams, seed: int):
+    def _job_context(self, job_id: str, spec: RequestSpec):
         if self.drafting is None:
-            return _no_drafting(job_id, params, seed, self.gamma)
-        return self.drafting.job(job_id, params, seed, self.gamma)
+            return _no_drafting()
+        return self.drafting.job(job_id, spec.params, spec.seed, self.gamma, spec.max_tokens)
 
     def _decode(self, proposer: Proposer | None, job: JobSpec, on_token, timer: list[TimedModel]) -> DecodeResult:
         spec = job.request
@@ -472,7 +473,7 @@ class Engine:
                     await on_chunk(tokens, delta)
 
         started, timer = clock.started, []
-        async with self._job_context(job_id, spec.params, spec.seed) as proposer, trio.open_nursery() as nursery:
+        async with self._job_context(job_id, spec) as proposer, trio.open_nursery() as nursery:
             nursery.start_soon(forward_chunks)
             try:
                 result = await trio.to_thread.run_sync(self._decode, proposer, job, on_token, timer)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from eth_utils import to_checksum_address
@@ -35,6 +35,7 @@ class DraftIntake:
     round: RoundState
     drafts: DraftTiming
     sessions: list[RemoteSession]
+    on_payout: Callable[[str], None] | None  # called with each payout address as it is named
 
     def live(self) -> list[RemoteSession]:
         return [s for s in self.sessions if s.alive]
@@ -72,6 +73,8 @@ class DraftIntake:
         if msg.job != self.job or session.payout is not None or session.received:
             return f"payout for job {msg.job!r} does not fit the session (one, before the first draft)"
         session.payout = to_checksum_address(msg.address)
+        if self.on_payout is not None:  # a paying target funds the drafter's lane before its first draft
+            self.on_payout(session.payout)
         return None
 
     def _take(self, session: RemoteSession, msg: Draft, now: float) -> None:

@@ -29,7 +29,7 @@ from node.target.rounds import MarketProposer
 from node.target.sessions import RemoteSession
 from p2p.discovery import Registration
 from p2p.framing import FrameStream, StreamFailed
-from p2p.messages import DRAFT_PROTOCOL_ID, TO_TARGET, InvalidMessage, Settle
+from p2p.messages import DRAFT_PROTOCOL_ID, MAX_NEW_TOKENS, TO_TARGET, UNPAID, InvalidMessage, PayTerms, Settle
 from verifier.params import SamplingParams
 
 if TYPE_CHECKING:
@@ -144,7 +144,9 @@ class MarketDrafting:
         return picked
 
     @asynccontextmanager
-    async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator:
+    async def job(
+        self, job_id: str, params: SamplingParams, seed: int, gamma: int, max_tokens: int = MAX_NEW_TOKENS
+    ) -> AsyncIterator:
         peers = self._select()
         if not peers:
             yield None
@@ -159,9 +161,11 @@ class MarketDrafting:
             wait_budget=self.wait_budget,
             registry=self.registry,
             policy=self.policy,
-            price_wei=self.paymaster.price_wei if self.paymaster is not None else 0,
+            terms=self.paymaster.terms(self.ledger.lane, max_tokens) if self.paymaster is not None else UNPAID,
             tree_nodes=self.tree_nodes,
         )
+        if self.paymaster is not None and self.background is not None:
+            proposer.on_payout = partial(self._start_cover, proposer.terms)
         proposer.opening = len(peers)
         log.info("job %s: drafting with %s", job_id, ", ".join(peers))
         try:
@@ -218,11 +222,30 @@ class MarketDrafting:
             vouchers = await trio.to_thread.run_sync(self.ledger.credit_and_pay, job_id, credits, pay)
             if vouchers and self.background is not None:  # the escrow now, for /health: a chain read, off the loop
                 self.background.start_soon(_refresh_escrow, self.paymaster)
+                for peer in vouchers:  # each paid lane topped up for the next job now, not at its open
+                    self._start_cover(self.paymaster.terms(self.ledger.lane, MAX_NEW_TOKENS), pay.payees[peer])
         if vouchers is None:  # credited before: nothing new to mirror or send
             return {}
         for peer, (accepted, _) in credits.items():
             self.credited[peer] = self.credited.get(peer, 0) + accepted
         return vouchers
+
+    def _start_cover(self, terms: PayTerms, drafter: str) -> None:
+        """In the background: fund ``drafter``'s lane to cover what the ledger's vouchers leave
+        unredeemed plus one job of ``terms`` (the drafter checks that before it drafts, with --rpc)."""
+        if self.background is not None and self.paymaster is not None:
+            self.background.start_soon(_cover_lane, self.paymaster, self.ledger, terms, drafter)
+
+
+async def _cover_lane(paymaster: Paymaster, ledger: Ledger, terms: PayTerms, drafter: str) -> None:
+    def cover() -> int:
+        signed = ledger.voucher(paymaster.tag, drafter)
+        return paymaster.cover(drafter, terms.lane, signed[0] if signed else 0, terms.max_pay_wei)
+
+    try:
+        await trio.to_thread.run_sync(cover)
+    except (ChainError, OSError) as exc:
+        log.warning("cannot fund drafter %s's lane: %s", drafter, exc)
 
 
 async def _refresh_escrow(paymaster: Paymaster) -> None:

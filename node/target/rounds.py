@@ -38,7 +38,7 @@ from node.target.draft_timing import MAX_ROUND_RECORDS, MS, DraftTiming, RoundRe
 from node.target.intake import DraftIntake
 from node.target.sessions import RemoteSession, RoundState
 from p2p.framing import StreamFailed
-from p2p.messages import MAX_OPEN_DEADLINE_MS, Advance, InvalidMessage, Open
+from p2p.messages import MAX_OPEN_DEADLINE_MS, UNPAID, Advance, InvalidMessage, Open, PayTerms
 from verifier.lookup import TREE_LOOKUP_MIN_NGRAM, lookup_continuation
 from verifier.model import common_prefix
 from verifier.params import SamplingParams
@@ -71,7 +71,7 @@ class MarketProposer(DraftIntake):
         policy: Policy,
         wait_budget: float = WAIT_BUDGET_SHARE,
         prefill_alone: bool = PREFILL_ALONE,
-        price_wei: int = 0,
+        terms: PayTerms = UNPAID,
         tree_nodes: int = 0,
     ) -> None:
         self.sessions = sessions
@@ -80,11 +80,12 @@ class MarketProposer(DraftIntake):
         # best-ranked drafter's draft alone
         self.tree_nodes = tree_nodes
         self.lookup_accepted = 0  # accepted tokens that only the target's own lookup branch proposed
-        self.price_wei = price_wei  # announced in every open: what an accepted draft token earns
+        self.terms = terms  # announced in every open: what an accepted draft token earns, from where
         # the next round only sends the context: the prompt's round (prefill alone), or a round whose
         # new drafter (a refill) catches up on the context while the target decodes alone
         self.send_only = prefill_alone
         self.refill: Callable[[], bool] | None = None  # asks for a replacement drafter (MarketDrafting)
+        self.on_payout: Callable[[str], None] | None = None  # funds a payee's lane (MarketDrafting)
         self.refills = 0
         self.wait_budget = wait_budget  # 0: never stop waiting (see _over_budget)
         self.job, self.params, self.seed, self.gamma = job, params, seed, gamma
@@ -180,7 +181,11 @@ class MarketProposer(DraftIntake):
     async def _send_update(self, session: RemoteSession, context: list[int], k: int) -> None:
         if session.synced == 0:
             deadline_ms = min(MAX_OPEN_DEADLINE_MS, round(self.deadline_s * MS))
-            msg = Open(self.job, tuple(context), *self._params(), self.seed, self.gamma, k, self.price_wei, deadline_ms)
+            t = self.terms
+            msg = Open(
+                self.job, tuple(context), *self._params(), self.seed, self.gamma, k, t.price_wei, deadline_ms,
+                t.chain_id, t.escrow, t.operator, t.lane, t.max_pay_wei,
+            )  # fmt: skip
         else:  # with the drafter's accepted tokens so far, so it can check its pay
             msg = Advance(self.job, tuple(context[session.synced :]), k, session.accepted)
         # before the send: a draft may be read while the send is still under way (an early draft)
