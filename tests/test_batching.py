@@ -172,7 +172,7 @@ def test_a_late_drafter_holds_no_batch_and_a_plain_job_shares_passes(qwen, expec
 
     class Backend:
         @asynccontextmanager
-        async def job(self, job_id, params, seed, gamma):
+        async def job(self, job_id, params, seed, gamma, max_tokens):
             yield slow if params.temperature == 0.8 else None  # REQUESTS[1] drafts; the others decode plain
 
     engine.drafting = Backend()

@@ -66,7 +66,9 @@ class LocalDrafting:
     pair: object
 
     @asynccontextmanager
-    async def job(self, job_id: str, params: SamplingParams, seed: int, gamma: int) -> AsyncIterator[LocalJob]:
+    async def job(
+        self, job_id: str, params: SamplingParams, seed: int, gamma: int, max_tokens: int
+    ) -> AsyncIterator[LocalJob]:
         yield LocalJob(self.pair)
 
 
