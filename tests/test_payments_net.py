@@ -27,6 +27,8 @@ from eth_account import Account
 from node.chain.deployment import dev_address, dev_key, format_ether
 from node.chain.escrow import EscrowClient
 from node.chain.keys import write_key
+from node.drafter.cover import COVER_WAIT_S
+from node.drafter.cover_watch import CHAIN_SLACK_S
 from node.drafter.terms import account_key
 from node.lab.workload import credited
 from tests.netutil import SPECMARKET, complete, http_json, start_drafter, start_target, wait_for_drafters
@@ -59,6 +61,17 @@ def wait_for_earnings(data_dir: Path, key: str, wei: int) -> dict:
         if account.get("earned_wei", 0) >= wei or time.monotonic() > deadline:
             return account
         time.sleep(0.1)
+
+
+def wait_for_verdict(data_dir: Path, key: str) -> dict:
+    """The drafter's account ``key`` once its wallet holds a cover verdict (a check concludes within
+    COVER_WAIT_S and its chain call's slack), or as it is after that."""
+    deadline = time.monotonic() + COVER_WAIT_S + CHAIN_SLACK_S + SETTLE_TIMEOUT_S
+    while True:
+        account = wallet(data_dir).get(key, {})
+        if account.get("uncovered") or time.monotonic() > deadline:
+            return account
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -228,3 +241,39 @@ def test_an_underpaying_operator_is_noticed_and_dropped(tmp_path):
         finally:
             drafter.stop()
             again.stop()
+
+
+def test_an_operator_that_never_funds_the_lane_costs_a_checking_drafter_one_job_succeeds(tmp_path):
+    """The attack on the exposure bound (issue 40 §2): an operator signs vouchers but never funds its
+    drafters' lanes (Cheat.UNFUNDED), so no voucher can be redeemed. A drafter that checks the chain
+    (--rpc) drafts its first job beside the check, then refuses the operator: every later job is
+    decoded without it, and what it is owed is at most one job's pay. Old: the check ran in the
+    session, which a short job ended before the check did (and a failed check only refused its own
+    job), so every job was drafted unpaid."""
+    max_tokens, jobs = 32, 4
+    with deployed_chain(tmp_path / "deployments", escrow=True) as chain:
+        chain_args = ("--chain", chain.rpc, "--deployments", str(chain.deployments), "--cheat", "unfunded-lanes")
+        target = start_target(tmp_path, *chain_args, *DEADLINE, "--drafter-price", str(PRICE_WEI))
+        checking = ("--payout", dev_address(6), "--rpc", chain.rpc)
+        drafter = start_drafter(tmp_path, target.lines["multiaddr"][0], "honest", "d", *checking)
+        try:
+            http = target.lines["http"][0]
+            wait_for_drafters(http, 1)
+            credits = []
+            for seed, prompt in enumerate(PROMPTS[:jobs]):
+                answer = complete(http, prompt, seed=seed, max_tokens=max_tokens, temperature=0.0)
+                credits.append(sum(answer["specmarket"]["credits"].values()))
+            account = wait_for_verdict(tmp_path / "d", account_of(chain, tmp_path))
+            refused = r"refusing a session from \S+: unpaid: lane \d+ of operator"
+            deadline = time.monotonic() + SETTLE_TIMEOUT_S  # the refusal's line follows the verdict
+            while not re.search(refused, log := drafter.log()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert credits[0] > 0 and credits[1:] == [0] * (jobs - 1), (credits, log[-3000:])
+            assert account.get("earned_wei", 0) <= PRICE_WEI * max_tokens, account  # ≤ one job's pay
+            assert "short of" in account.get("uncovered", ""), account
+            assert re.search(refused, log), log[-3000:]
+            lane = EscrowClient(chain.client.w3, chain.deployment.escrow)
+            assert lane.pool(Account.from_key(_operator_key(tmp_path)).address) > 0  # it could have paid
+        finally:
+            drafter.stop()
+            target.stop()

@@ -20,9 +20,9 @@ from libp2p.io.msgio import VarIntLengthMsgReadWriter
 from market.ledger import Ledger
 from market.policy import Policy, PolicyConfig
 from market.registry import Registry
-from node.target.engine import TimedModel
+from node.target.engine import CompletionRequest, Engine, TimedModel
 from node.target.market import MarketDrafting
-from p2p.messages import DRAFT_PROTOCOL_ID, MAX_FRAME_BYTES, Draft, encode
+from p2p.messages import DRAFT_PROTOCOL_ID, MAX_FRAME_BYTES, TO_DRAFTER, Advance, Draft, decode, encode
 from verifier.params import SamplingParams
 
 V = 4096
@@ -117,3 +117,81 @@ def test_a_silent_drafter_on_probation_misses_the_round_at_its_deadline_succeeds
     assert proposal.tokens == () and round_s < deadline_s / 2, (proposal, round_s)
     assert (stats.proposed, stats.timeouts) == (0, 1), stats  # judged at the deadline, as any drafter
     assert Policy().on_probation(stats)
+
+
+# -- the stream is held until the round's probation answers are in (issue 40 §6) --------------------
+
+STREAMED = CompletionRequest("def parse(self, text):\n", max_tokens=6, temperature=0.0, seed=3, ignore_eos=True)
+STREAM_DEADLINE_S = 1.0
+HONEST_AFTER_S = 0.25  # after the tiny target's pass (a few ms), well inside the deadline
+COPY_WAIT_S = 3.0  # the colluder gives up on a token never streamed after this long
+
+
+async def streamed_job(target, drafter, ledger, pair, copy: bool):
+    """One streamed job on a real Engine whose drafting is the market, with one drafter: new, so on
+    probation. It answers every advance at k with one token: ``copy``, the token at k as soon as the
+    client was streamed it (it colludes with the client, or is it); else, HONEST_AFTER_S after the
+    ask, the true token (it knows the answer: the plain decoding's, as a good draft model would).
+    Returns the answer's tokens, the drafter's stats, and the seconds from each ask to its token's
+    arrival at the client."""
+    streamed: list[int] = []
+    streamed_at: list[float] = []
+    asked_at: dict[int, float] = {}
+    truth = (await Engine(pair, model_name="plain", gamma=GAMMA).complete(STREAMED)).tokens
+
+    async def on_chunk(tokens, _text) -> None:
+        streamed.extend(tokens)
+        streamed_at.extend([time.perf_counter()] * len(tokens))
+
+    async def drafter_side(stream) -> None:
+        reader = VarIntLengthMsgReadWriter(stream, max_msg_size=MAX_FRAME_BYTES)
+        with contextlib.suppress(IOException, trio.TooSlowError):
+            while True:
+                msg = decode(await reader.read_msg(), vocab_size=pair.target.vocab_size, allowed=TO_DRAFTER)
+                if not isinstance(msg, Advance):
+                    continue  # the open: the prompt's round is decoded alone; a settle ends the job
+                asked_at[msg.start] = time.perf_counter()
+                if copy:
+                    with trio.fail_after(COPY_WAIT_S):
+                        while len(streamed) <= msg.start:
+                            await trio.sleep(0.001)
+                    token = streamed[msg.start]
+                else:
+                    await trio.sleep(HONEST_AFTER_S)
+                    token = truth[msg.start]
+                await reader.write_msg(encode(Draft(msg.job, msg.start, (token,), (), 1.0)))
+
+    drafter.set_stream_handler(DRAFT_PROTOCOL_ID, drafter_side)
+    registry, peer = Registry(), str(drafter.get_id())
+    registry.upsert(peer, [])
+    engine = Engine(pair, model_name="market", gamma=GAMMA, batch_rows=0)
+    engine.drafting = MarketDrafting(
+        target, registry, Policy(), ledger, deadline_s=STREAM_DEADLINE_S, max_drafters=1,
+        vocab_size=pair.target.vocab_size, wait_budget=0.0,
+    )  # fmt: skip
+    result = await engine.complete(STREAMED, on_chunk)
+    assert result.tokens == truth  # whatever the drafter does, the answer is the target's
+    delays = [streamed_at[k] - asked_at[k] for k in sorted(asked_at) if k < len(streamed_at)]
+    return result.tokens, registry.stats(peer), delays
+
+
+def test_a_drafter_copying_the_clients_stream_never_leaves_probation_succeeds(portal, hosts, ledger, pair):
+    """The attack: a drafter on probation is not waited for, so it may answer after the round's pass;
+    it answers with the token the client (its accomplice) was streamed. The round's tokens now reach
+    the client only once the round's probation answers are in, or its deadline passed: the copy
+    always comes too late, and the drafter never leaves probation. Old: the token was streamed at
+    the end of the pass, the copy arrived inside the deadline, matched, and ended probation."""
+    _, stats, delays = portal.run(streamed_job, *hosts, ledger, pair, True)
+    assert stats.matched == 0 and stats.timeouts >= 1, stats
+    assert Policy().on_probation(stats)
+    assert delays and min(delays) >= STREAM_DEADLINE_S * 0.9, delays  # held to the round's deadline
+
+
+def test_an_honest_drafter_slower_than_the_pass_still_leaves_probation_succeeds(portal, hosts, ledger, pair):
+    """The control, and the hold's price: an honest answer that comes after the pass, inside the
+    deadline, is judged on its token and ends probation; the round's token reaches the client right
+    after that answer, not at the deadline."""
+    _, stats, delays = portal.run(streamed_job, *hosts, ledger, pair, False)
+    assert stats.matched >= 1 and stats.timeouts == 0, stats
+    assert not Policy().on_probation(stats)
+    assert delays[0] >= HONEST_AFTER_S and delays[0] < STREAM_DEADLINE_S / 2, delays

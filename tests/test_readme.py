@@ -57,6 +57,8 @@ IMPLIED: dict[str, tuple[tuple[str, str], ...]] = {
     "chain status": (RPC,),
     "chain fund": (RPC,),
     "drafter redeem": (RPC,),
+    "escrow status": (RPC,),
+    "escrow withdraw": (RPC,),
 }
 # 1b. One flag the test pair needs and the README's pair does not: the tiny target decodes a token in
 #    about 3 ms, less than one libp2p round trip to a drafter (~15 ms), so the market's wait budget
@@ -92,7 +94,7 @@ SERVES = re.compile(r"specmarket (?:target|referee|drafter(?! redeem))\b")  # ru
 READY = {"target": ("multiaddr", "http"), "drafter": ("registered",), "referee": ("referee",)}
 REDEEM = re.compile(r"specmarket drafter redeem\b")
 SETTLE_TIMEOUT_S = 20.0  # a job's voucher reaches its drafter after the answer
-SUBCOMMAND = re.compile(r"\bspecmarket ((?:chain|keys) [\w-]+|drafter redeem|[\w-]+)")
+SUBCOMMAND = re.compile(r"\bspecmarket ((?:chain|keys|escrow) [\w-]+|drafter redeem|[\w-]+)")
 SEGMENT_END = re.compile(r"&&|\|\||[;|]|&\s*$")
 COMMAND_TIMEOUT_S = 300.0  # the longest: a challenge waiting for the referees' verdict
 
@@ -391,6 +393,18 @@ def check_paid_shown(ran: Ran, shell: Shell) -> None:
         assert re.search(lane, ran.stdout), ran.stdout
 
 
+def check_operator_view(ran: Ran, shell: Shell) -> None:
+    """ "the operator's pool and lanes": `escrow status` lists the payout address's lane."""
+    assert re.search(r"operator 0x[0-9a-fA-F]{40}: pool [0-9.]+ ETH, [1-9]\d* lane", ran.stdout), ran.stdout
+    for address in (v for v in shell.variables.values() if re.fullmatch(r"0x[0-9a-fA-F]{40}", v)):
+        assert re.search(rf"{address} lane \d+: holds [0-9.]+ ETH", ran.stdout), ran.stdout
+
+
+def check_pool_back(ran: Ran, shell: Shell) -> None:
+    """ "the pool back, at once": `escrow withdraw --all` empties the pool."""
+    assert re.search(r"withdrew [0-9.]+ ETH to 0x[0-9a-fA-F]{40}; pool now 0 ETH", ran.stdout), ran.stdout
+
+
 # (name, applies to a line when, check); each section names the checks it must have made
 CHECKS: tuple[tuple[str, Callable[[Line], bool], Callable[[Ran, Shell], None]], ...] = (
     ("quoted", lambda line: '"' in line.comment, check_quoted),
@@ -402,11 +416,13 @@ CHECKS: tuple[tuple[str, Callable[[Line], bool], Callable[[Ran, Shell], None]], 
     ("key", lambda line: "specmarket keys new" in line.command, check_key),
     ("paid", lambda line: "prints what was paid" in line.comment, check_paid),
     ("paid shown", lambda line: "each drafter's lane" in line.comment, check_paid_shown),
+    ("operator view", lambda line: "the operator's pool and lanes" in line.comment, check_operator_view),
+    ("pool back", lambda line: "the pool back" in line.comment, check_pool_back),
 )
 EXPECTED_CHECKS = {
     "by_hand": {"target", "ask", "curl"},
     "bond": {"quoted", "target", "bonded", "ask", "slashed"},
-    "payment": {"target", "key", "ask", "paid", "paid shown"},
+    "payment": {"target", "key", "ask", "paid", "paid shown", "operator view", "pool back"},
 }
 
 

@@ -10,6 +10,7 @@ class Cheat(enum.Enum):
     DRAFT_MODEL = "draft-model"
     FLIP_TOKEN = "flip-token"
     UNDERPAY = "underpay"
+    UNFUNDED = "unfunded-lanes"
     STOP_EARLY = "stop-early"
 
     @property
@@ -23,6 +24,7 @@ _DESCRIPTIONS = {
     Cheat.DRAFT_MODEL: "answers with the (cheaper) draft model",
     Cheat.FLIP_TOKEN: "answers honestly, then changes its second token (one that every answer has)",
     Cheat.UNDERPAY: "answers honestly, but signs drafters' vouchers for half of what they earned",
+    Cheat.UNFUNDED: "answers honestly and signs drafters' vouchers, but never funds their lanes in the escrow",
     Cheat.STOP_EARLY: "answers honestly, but stops at half of max_tokens (not at a stop token) and charges for it",
 }
 

@@ -115,10 +115,12 @@ class Operator:
         bond_now = self.client.operator_info(self.address).bond
         return BondStatus(self.address, not info.registered, missing if info.registered else 0, bond_now)
 
-    def open_payments(self, escrow: str, cfg: PaymentConfig, *, underpay: bool = False) -> Paymaster:
+    def open_payments(self, escrow: str, cfg: PaymentConfig, *, cheat: Cheat = Cheat.NONE) -> Paymaster:
         """Pay drafters from the DrafterEscrow at ``escrow``: top it up to ``cfg.deposit_wei`` (on a dev
         chain, funding the operator's account first) and sign vouchers at ``cfg.price_wei``."""
-        paymaster = Paymaster(EscrowClient(self.client.w3, escrow), self._key, cfg, underpay=underpay)
+        escrow_client = EscrowClient(self.client.w3, escrow)
+        unfunded = cheat is Cheat.UNFUNDED
+        paymaster = Paymaster(escrow_client, self._key, cfg, underpay=cheat is Cheat.UNDERPAY, unfunded=unfunded)
         missing = cfg.deposit_wei - paymaster.escrow.pool(self.address)
         if missing > 0:
             self._fund(missing + GAS_RESERVE_WEI // 10)
@@ -221,7 +223,7 @@ def open_operator(cfg: OperatorConfig, model_dir: Path, data_dir: Path) -> tuple
         status = operator.ensure_bonded(cfg.bond_wei)
         operator.watch = StandingWatch(client, address, committed)
         if cfg.payments is not None and deployment.escrow:
-            operator.open_payments(deployment.escrow, cfg.payments, underpay=cfg.cheat is Cheat.UNDERPAY)
+            operator.open_payments(deployment.escrow, cfg.payments, cheat=cfg.cheat)
         elif cfg.payments is not None:
             log.warning("deployment %s records no DrafterEscrow: drafters go unpaid (redeploy it)", deployment.address)
     except BaseException:

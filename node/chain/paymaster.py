@@ -52,9 +52,12 @@ class PaymentConfig:
 class Paymaster:
     """Signs drafters' vouchers for one operator at one escrow, and keeps their lanes funded."""
 
-    def __init__(self, escrow: EscrowClient, key: bytes, cfg: PaymentConfig, *, underpay: bool = False) -> None:
+    def __init__(
+        self, escrow: EscrowClient, key: bytes, cfg: PaymentConfig, *, underpay: bool = False, unfunded: bool = False
+    ) -> None:
         self.escrow, self.cfg = escrow, cfg
         self.underpay = underpay  # Cheat.UNDERPAY: every voucher for half the drafter's earnings (tests, demo)
+        self.unfunded = unfunded  # Cheat.UNFUNDED: no lane is ever funded (tests)
         self._key = key  # never logged
         self.address = Account.from_key(key).address
         self.tag = f"{escrow.domain.chain_id}:{escrow.address}"  # the ledger's escrow key
@@ -92,6 +95,8 @@ class Paymaster:
         what its vouchers leave unredeemed (``cumulative_wei``, the ledger's newest, less what the lane
         paid) plus one more job's ``max_pay_wei``; the wei added (0 when it already does). Blocking
         chain calls: in a worker thread on a trio loop. From the pool first, the rest sent along."""
+        if self.unfunded:
+            return 0
         with self._cover_lock:
             state = self.escrow.lane(self.address, drafter, lane)
             need = max(0, cumulative_wei - state.paid) + max_pay_wei - state.available()

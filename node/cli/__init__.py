@@ -13,6 +13,7 @@ import sys
 
 from node.cli.anchor import add_anchor_commands
 from node.cli.chain import add_chain_commands
+from node.cli.escrow import add_escrow_commands
 from node.cli.lab import add_lab_commands
 from node.cli.local import add_local_commands
 from node.cli.market import add_market_commands
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_local_commands(sub)
     add_market_commands(sub)
     add_chain_commands(sub)
+    add_escrow_commands(sub)
     add_lab_commands(sub)
     add_training_commands(sub)
     add_quality_commands(sub)

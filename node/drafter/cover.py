@@ -32,6 +32,10 @@ COVER_WAIT_S = 5.0  # how long a drafter waits for its lane to be funded before 
 COVER_POLL_S = 0.25
 
 
+class LaneUnreadable(ChainError):
+    """The drafter's own chain endpoint did not tell what the lane holds: no verdict on the operator."""
+
+
 class CoverChecks:
     """A drafter's chain checks (blocking: call from a worker thread). The code check is cached per
     escrow address, its verdict either way."""
@@ -73,15 +77,20 @@ class CoverChecks:
 
     def wait_for_cover(self, terms: Terms, payout: str, kept: SignedVoucher | None) -> str:
         """``shortfall``, polled until it is "" or COVER_WAIT_S has passed (the target funds a new lane
-        when the drafter names its payout)."""
+        when the drafter names its payout); LaneUnreadable when the last read failed."""
         ends = time.monotonic() + COVER_WAIT_S
         while True:
+            unreadable = False
             try:
                 why = self.shortfall(terms, payout, kept)
             except NotOurEscrow:
                 raise
             except (ChainError, OSError) as exc:
-                why = f"cannot read the lane: {exc}"
-            if not why or time.monotonic() >= ends:
+                why, unreadable = f"cannot read the lane: {exc}", True
+            if not why:
+                return ""
+            if time.monotonic() >= ends:
+                if unreadable:
+                    raise LaneUnreadable(why)
                 return why
             time.sleep(COVER_POLL_S)

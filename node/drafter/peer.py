@@ -30,11 +30,11 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.utils.varint import encode_uvarint
 
-from node.chain.codehash import NotOurEscrow
 from node.chain.vouchers import SignedVoucher
 from node.client.http import http_json
 from node.drafter.config import DrafterConfig
-from node.drafter.cover import COVER_WAIT_S, CoverChecks
+from node.drafter.cover import CoverChecks
+from node.drafter.cover_watch import CoverCheck, CoverWatch
 from node.drafter.redeem import redeem_voucher
 from node.drafter.session import MS, DraftSession, Kind, ProtocolViolation, Step
 from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
@@ -123,8 +123,9 @@ class DrafterNode:
         self.model.fork().extend([self.tokenizer.eos_token_id])  # warm up: the first forward pass is slow
         self.prefixes = PrefixCache(self.model)  # node.model.prefix_cache
         self.wallet = Wallet.open(cfg.data_dir, cfg.payout, lock=True)  # one drafter per data dir
-        self.checks = CoverChecks(cfg.rpc) if cfg.rpc else None  # the chain checks before a paid job
-        self.background: trio.Nursery | None = None  # escrow checks run here (run())
+        # with --rpc, each paid job's escrow and lane check (node.drafter.cover_watch)
+        self.cover = CoverWatch(CoverChecks(cfg.rpc), self.wallet) if cfg.rpc else None
+        self.background: trio.Nursery | None = None  # cover checks and redemptions run here (run())
 
     def _new_session(self, msg: Open) -> DraftSession:
         params = SamplingParams(msg.temperature, msg.top_k, msg.top_p)  # raises InvalidParams
@@ -182,8 +183,12 @@ class DrafterNode:
     async def _serve_session(self, fs: FrameStream, session: DraftSession) -> None:
         try:
             async with trio.open_nursery() as nursery:
-                if session.terms is not None and self.checks is not None and self.wallet.payout is not None:
-                    nursery.start_soon(self._check_cover, session.terms, self.wallet.payout)
+                if session.terms is not None and self.cover is not None and self.wallet.payout is not None:
+                    check, wait_first = self.cover.start(self.background or nursery, session.terms, self.wallet.payout)
+                    if wait_first:  # another job of this operator is still at risk: this one drafts once covered
+                        await self._covered(check)
+                    else:
+                        nursery.start_soon(self._covered, check)
                 nursery.start_soon(self._drafting, fs, session)
                 await self._read_advances(fs, session)
         except BaseExceptionGroup as group:  # the reader's end (or a failed send) is the session's end
@@ -226,27 +231,11 @@ class DrafterNode:
         if kept is not None and self.cfg.redeem_above is not None and self.background is not None:
             self.background.start_soon(self._redeem, session.terms.account, kept)
 
-    async def _check_cover(self, terms: Terms, payout: str) -> None:
-        """With --rpc, as the job starts: the escrow is the real one and this drafter's lane covers what
-        is unredeemed plus this job (node.drafter.cover); Refused otherwise, which ends the session at once.
-        It runs beside the job's first drafts (a new lane is funded when the target reads the payout, and
-        a short job would be over before a check that waits for it): the lane covered everything up to the
-        last job when that job was checked, and nothing but this drafter's redemptions or a whole thawing
-        period takes from it, so what a failed check puts at risk is this one job's pay. A fake escrow is a
-        verdict on the operator (it lapses like the others); a lane not funded in time only refuses this job."""
-        assert self.checks is not None
-        check = partial(self.checks.wait_for_cover, terms, payout, self.wallet.lane_voucher(terms))
-        try:
-            with trio.fail_after(COVER_WAIT_S + SEND_TIMEOUT_S):
-                why = await trio.to_thread.run_sync(check, abandon_on_cancel=True)
-        except NotOurEscrow as exc:
-            self.wallet.mark_cover(terms.account, str(exc))
-            raise Refused(f"unpaid: {exc}") from None
-        except trio.TooSlowError:
-            why = f"the chain did not answer within {COVER_WAIT_S + SEND_TIMEOUT_S:.0f} s"
-        if why:
-            raise Refused(f"unpaid: {why}")
-        self.wallet.mark_cover(terms.account, "")  # a lapsed verdict, judged again: the escrow is good
+    async def _covered(self, check: CoverCheck) -> None:
+        """Refused (which ends the session) once the job's cover check failed (node.drafter.cover_watch)."""
+        await check.done.wait()
+        if check.why:
+            raise Refused(f"unpaid: {check.why}")
 
     async def _redeem(self, account: str, kept: SignedVoucher) -> None:
         """With --redeem-above: redeem once the voucher's lane owes this drafter that much (a chain call,

@@ -65,7 +65,7 @@ def auto_deadline_ms(plain_pass_s: float) -> float:
 
 
 # Wasted waiting for drafts may cost at most this share of a job's time (and half a deadline) unless
-# the job still beats plain decoding; past it the job decodes alone (rounds.MarketProposer._over_budget).
+# the job still beats plain decoding; past it the job decodes alone (wait_budget.WaitBudget._over_budget).
 WAIT_BUDGET_SHARE = 0.05
 
 

@@ -220,7 +220,6 @@ class TimedModel:
         self.vocab_size = model.vocab_size
         self.pass_seconds: list[float] = []
         self.pass_widths: list[int] = []  # positions scored by each pass (the first also prefills)
-        self.pass_ended = 0.0  # perf_counter when the last pass ended: its tokens may be out (streamed) since
         self.prior_plain_pass_s = prior_plain_pass_s
 
     def cached(self) -> Sequence[int]:
@@ -237,8 +236,7 @@ class TimedModel:
         try:
             return forward(tokens, *args)
         finally:
-            self.pass_ended = time.perf_counter()
-            self.pass_seconds.append(self.pass_ended - started)
+            self.pass_seconds.append(time.perf_counter() - started)
             self.pass_widths.append(len(tokens))
 
     def keep_path(self, path: Sequence[int]) -> None:
@@ -466,7 +464,10 @@ class Engine:
         clock = ChunkClock(self.observers)
 
         async def forward_chunks() -> None:
+            hold = getattr(proposer, "hold_stream", None)  # a market job's: its probation answers first
             async for tokens in receive:
+                if hold is not None:
+                    await hold()
                 clock.tick(len(tokens))
                 delta = text.feed(tokens)
                 if on_chunk is not None:

@@ -20,7 +20,8 @@ where each draft goes as it arrives is ``node.target.intake``'s business.
 A drafter on probation (no matched token in its trial window: ``Policy.on_probation``) is asked like
 any other, but its draft is never verified and the round does not wait for it: it may arrive until
 the round's deadline, while the round's pass runs, and is measured when the round settles (which
-waits out what is left of the deadline for it, if anything).
+waits out what is left of the deadline for it, if anything). The round's tokens reach the client
+only after that (``hold_stream``), so no probation draft that counts can copy them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from node.target.config import PREFILL_ALONE, WAIT_BUDGET_SHARE
 from node.target.draft_timing import MAX_ROUND_RECORDS, MS, DraftTiming, RoundRecord
 from node.target.intake import DraftIntake
 from node.target.sessions import RemoteSession, RoundState
+from node.target.wait_budget import WaitBudget
 from p2p.framing import StreamFailed
 from p2p.messages import MAX_OPEN_DEADLINE_MS, UNPAID, Advance, InvalidMessage, Open, PayTerms
 from verifier.lookup import TREE_LOOKUP_MIN_NGRAM, lookup_continuation
@@ -49,11 +51,11 @@ log = logging.getLogger(__name__)
 
 SEND_TIMEOUT_S = 1.0
 MAX_MISSES_PER_JOB = 2  # consecutive missed deadlines before a session is dropped for the job
-MIN_BUDGET_ROUNDS = 1  # rounds of evidence before the budget can stop a job's drafting
 MAX_REFILLS_PER_JOB = 2  # replacement drafters a job asks for once all of its drafters were dropped
+HOLD_POLL_S = 0.002  # how often a held stream looks again for the round's probation answers
 
 
-class MarketProposer(DraftIntake):
+class MarketProposer(DraftIntake, WaitBudget):
     """The Proposer for one job; ``propose`` is called from the decode worker thread."""
 
     name = "market"
@@ -263,21 +265,36 @@ class MarketProposer(DraftIntake):
     def _on_probation(self, session: RemoteSession) -> bool:
         return self.policy.on_probation(self.registry.stats(session.peer_id))
 
+    def _silent_on_probation(self, r: RoundState) -> list[RemoteSession]:
+        """The peers on probation that round ``r`` asked and that have not answered it."""
+        asked = [s for s in self.sessions if s.alive and s.pending is None and s.synced == len(r.context)]
+        return [s for s in asked if self._on_probation(s)]
+
+    async def hold_stream(self) -> None:
+        """Before the tokens of the round in flight go out to the client (the engine streams them):
+        until every peer on probation that the round asked has answered, the round's deadline has
+        passed, or the round settled. The round does not wait for such a peer, so its answer may come
+        after the round's pass; were the round's tokens out by then, a drafter colluding with the
+        client (or being it) could copy them and leave probation at will (issue 40 §6). The next round
+        waits for the same answers before it asks (``_await_probation``), so the hold costs the job no
+        time: it only moves when those tokens reach the client, by what is left of one deadline."""
+        r = self.round
+        if r.k < 0 or not self._silent_on_probation(r):
+            return
+        with trio.move_on_at(r.ends):
+            while self.round is r and self._silent_on_probation(r):
+                await trio.sleep(HOLD_POLL_S)  # a poll: _wait_until's event has one waiter, the round
+
     async def _await_probation(self) -> None:
         """Before the round in flight settles: what is left of its deadline for the drafts of peers
         on probation that it asked and that have not answered (the pass usually covered it); one
         still silent then missed the round. The wait counts as the round's."""
         r = self.round
-
-        def silent() -> list[RemoteSession]:
-            asked = [s for s in self.sessions if s.alive and s.pending is None and s.synced == len(r.context)]
-            return [s for s in asked if self._on_probation(s)]
-
-        if r.k < 0 or not silent():
+        if r.k < 0 or not self._silent_on_probation(r):
             return
         started = time.perf_counter()
-        if await self._wait_until(lambda: not silent(), r.ends):
-            for session in silent():
+        if await self._wait_until(lambda: not self._silent_on_probation(r), r.ends):
+            for session in self._silent_on_probation(r):
                 self._miss(session)
         waited = time.perf_counter() - started
         r.wait_s += waited
@@ -328,15 +345,19 @@ class MarketProposer(DraftIntake):
             if session.peer_id in verified:
                 session.accepted += credits[session.peer_id]
                 self.registry.record_accepted(session.peer_id, credits[session.peer_id])
-            self.policy.update(self.registry, session.peer_id)
-            if session.alive and self.policy.is_benched(self.registry.stats(session.peer_id)):
-                session.kill("benched by the market policy")
-                log.info("job %s: drafter %s benched; not asking it again", self.job, session.peer_id)
+            self._judged(session)
         if not r.accepted:
             self.wasted_s += self.last_wait_s
         if len(self.records) < MAX_ROUND_RECORDS:
             verify_s = self.passes.pass_seconds[-1] if self.passes is not None and self.passes.pass_seconds else 0.0
             self.records.append(RoundRecord.of(r, verify_s))
+
+    def _judged(self, session: RemoteSession) -> None:
+        """After a draft of the session's was scored: the policy's verdict, and a benched one is dropped."""
+        self.policy.update(self.registry, session.peer_id)
+        if session.alive and self.policy.is_benched(self.registry.stats(session.peer_id)):
+            session.kill("benched by the market policy")
+            log.info("job %s: drafter %s benched; not asking it again", self.job, session.peer_id)
 
     def watch_passes(self, passes) -> None:
         """The job's timed target (``TimedModel``): its prefill and one-position pass times; and
@@ -344,45 +365,6 @@ class MarketProposer(DraftIntake):
         self.passes = passes
         if not supports_trees(passes):
             self.tree_nodes = 0
-
-    def _over_budget(self, now: float, k: int) -> bool | None:
-        """Should the job stop asking for drafts, for good (True)? Either wasted waiting (in rounds
-        whose draft gave no accepted token) has cost more than the allowance, half a deadline plus
-        WAIT_BUDGET_SHARE of the job's time, while the job runs slower than plain decoding would;
-        or the job runs slower than plain decoding by more than the allowance, whatever the drafts
-        bought (accepted drafts that paid for less than their waiting, on a loaded machine).
-
-        Plain decoding's time for the k tokens emitted so far is the prefill plus k one-position
-        passes: this job's own measured pass, else the engine's latest measurement (``TimedModel``).
-        Without either, this round is decoded alone to measure one (never costlier than plain
-        decoding). So a drafter that answers every round with nothing just before the deadline, or
-        one that paces correct drafts there (never wasteful, yet slower than plain decoding: no
-        round alone ever measured a plain pass), costs about one deadline and this share."""
-        if not self.wait_budget or self.rounds < MIN_BUDGET_ROUNDS or self.passes is None:
-            return False
-        elapsed = now - self.started
-        allowance = self.wait_budget * elapsed + self.deadline_s / 2  # a share, and half a round of trial
-        wasteful = self.wasted_s > allowance
-        plain_s = self._plain_seconds(k)
-        if plain_s is None:
-            return None  # probe: one round alone measures a plain pass
-        if elapsed <= plain_s or not (wasteful or elapsed - plain_s > allowance):
-            return False
-        self.stopped_at = self.rounds
-        log.info(
-            "job %s: %d tokens took %.3f s with drafts (%.3f s of waiting); plain decoding would take about "
-            "%.3f s: decoding alone from round %d",
-            self.job, k, elapsed, self.wait_s, plain_s, self.rounds,
-        )  # fmt: skip
-        return True
-
-    def _plain_seconds(self, tokens: int) -> float | None:
-        """What plain decoding takes for ``tokens`` tokens of this job: its prefill plus one measured
-        one-position pass per token (None before such a pass was measured)."""
-        plain_pass_s = self.passes.plain_pass_s() if self.passes is not None else None
-        if plain_pass_s is None:
-            return None
-        return self.passes.pass_seconds[0] + plain_pass_s * tokens
 
     def timing(self) -> dict[str, float | int]:
         """Drafting overheads of this job, for the response's stats."""
