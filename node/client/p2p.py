@@ -12,7 +12,7 @@ from libp2p.exceptions import BaseLibp2pError
 from p2p.framing import FrameStream, StreamFailed
 from p2p.host import make_host, parse_listen, parse_peer_addr
 from p2p.messages import DEFAULT_LISTEN, GENERATE_PROTOCOL_ID, TO_CLIENT, Chunk, Done, Error, InvalidMessage, Request
-from verifier.errors import SpecmarketError
+from verifier.errors import SpecmarketError, error_leaves
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,18 @@ class AskFailed(SpecmarketError):
 
 
 async def ask_p2p(target: str, request: Request, on_text: Callable[[str], None]) -> Done:
-    """Send ``request`` to the target at multiaddr ``target``; stream text; return the summary."""
+    """Send ``request`` to the target at multiaddr ``target``; stream text; return the summary.
+    AskFailed, one error, whatever else the host's nursery saw end with it (a lost connection)."""
+    try:
+        return await _ask(target, request, on_text)
+    except BaseExceptionGroup as group:
+        failed = [leaf for leaf in error_leaves(group) if isinstance(leaf, AskFailed)]
+        if failed:
+            raise failed[0] from None
+        raise
+
+
+async def _ask(target: str, request: Request, on_text: Callable[[str], None]) -> Done:
     info = parse_peer_addr(target)
     host = make_host(create_new_key_pair())  # an ephemeral identity: clients need no reputation
     async with host.run(listen_addrs=[parse_listen(DEFAULT_LISTEN)]):
