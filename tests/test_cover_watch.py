@@ -35,6 +35,15 @@ def terms(escrow: EscrowClient, lane: int) -> Terms:
     return Terms(escrow.domain.chain_id, escrow.address, OPERATOR, lane, PRICE_WEI, MAX_PAY_WEI)
 
 
+def opened(escrow: EscrowClient, tmp_path, lane: int) -> tuple[Wallet, str, Terms]:
+    """A fresh drafter's wallet, its payout address, and the terms of a job on ``lane``, opened."""
+    payout = Account.create().address
+    wallet = Wallet.open(tmp_path, payout)
+    t = terms(escrow, lane)
+    wallet.opened(t)
+    return wallet, payout, t
+
+
 def run_jobs(watch: CoverWatch, jobs: list[Terms], payout: str, job_s: float = 0.1) -> list[tuple[str, bool]]:
     """Each job's check started as a session would, the jobs one after another, each over after
     ``job_s`` (its session nursery cancelled: the check runs on in the drafter's nursery); then every
@@ -59,10 +68,7 @@ def test_a_check_concludes_after_its_job_and_a_short_lane_is_a_verdict_succeeds(
     check still concludes, and its failure refuses the operator. The second job, opened while the
     first's check was in flight, drafts only once its own passes."""
     chain, escrow = escrow_chain
-    payout = Account.create().address
-    wallet = Wallet.open(tmp_path, payout)
-    t = terms(escrow, lane=1)
-    wallet.opened(t)
+    wallet, payout, t = opened(escrow, tmp_path, lane=1)
     outcomes = run_jobs(CoverWatch(CoverChecks(chain.rpc), wallet), [t, t], payout)
     assert [wait_first for _, wait_first in outcomes] == [False, True]
     assert all("short of" in why for why, _ in outcomes), outcomes
@@ -71,10 +77,7 @@ def test_a_check_concludes_after_its_job_and_a_short_lane_is_a_verdict_succeeds(
 
 def test_a_covered_lane_passes_and_clears_a_lapsed_verdict_succeeds(escrow_chain, tmp_path):
     chain, escrow = escrow_chain
-    payout = Account.create().address
-    wallet = Wallet.open(tmp_path, payout)
-    t = terms(escrow, lane=2)
-    wallet.opened(t)
+    wallet, payout, t = opened(escrow, tmp_path, lane=2)
     wallet.mark_cover(t.account, "lane 2 was short an hour ago")
     escrow.fund_lane(OPERATOR_KEY, payout, 2, 0, value=ETHER // 100)
     assert run_jobs(CoverWatch(CoverChecks(chain.rpc), wallet), [t], payout) == [("", False)]
@@ -83,10 +86,7 @@ def test_a_covered_lane_passes_and_clears_a_lapsed_verdict_succeeds(escrow_chain
 
 def test_the_drafters_own_chain_endpoint_failing_is_no_verdict_on_the_operator_succeeds(escrow_chain, tmp_path):
     _, escrow = escrow_chain
-    payout = Account.create().address
-    wallet = Wallet.open(tmp_path, payout)
-    t = terms(escrow, lane=3)
-    wallet.opened(t)
+    wallet, payout, t = opened(escrow, tmp_path, lane=3)
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     ((why, _),) = run_jobs(CoverWatch(CoverChecks(dead), wallet), [t], payout)
     assert why.startswith("cannot read the lane"), why  # that job is refused...

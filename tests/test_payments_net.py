@@ -53,25 +53,26 @@ def account_of(chain, tmp: Path) -> str:
     return account_key(chain.client.w3.eth.chain_id, chain.deployment.escrow, operator)
 
 
-def wait_for_earnings(data_dir: Path, key: str, wei: int) -> dict:
-    """The drafter's account ``key`` once its wallet shows ``wei`` earned."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+def wait_for_account(data_dir: Path, key: str, done, timeout_s: float = SETTLE_TIMEOUT_S) -> dict:
+    """The drafter's account ``key`` once ``done(account)`` holds, or as it is after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
     while True:
         account = wallet(data_dir).get(key, {})
-        if account.get("earned_wei", 0) >= wei or time.monotonic() > deadline:
+        if done(account) or time.monotonic() > deadline:
             return account
         time.sleep(0.1)
 
 
+def wait_for_earnings(data_dir: Path, key: str, wei: int) -> dict:
+    """The drafter's account ``key`` once its wallet shows ``wei`` earned."""
+    return wait_for_account(data_dir, key, lambda account: account.get("earned_wei", 0) >= wei)
+
+
 def wait_for_verdict(data_dir: Path, key: str) -> dict:
     """The drafter's account ``key`` once its wallet holds a cover verdict (a check concludes within
-    COVER_WAIT_S and its chain call's slack), or as it is after that."""
-    deadline = time.monotonic() + COVER_WAIT_S + CHAIN_SLACK_S + SETTLE_TIMEOUT_S
-    while True:
-        account = wallet(data_dir).get(key, {})
-        if account.get("uncovered") or time.monotonic() > deadline:
-            return account
-        time.sleep(0.2)
+    COVER_WAIT_S and its chain call's slack)."""
+    timeout_s = COVER_WAIT_S + CHAIN_SLACK_S + SETTLE_TIMEOUT_S
+    return wait_for_account(data_dir, key, lambda account: bool(account.get("uncovered")), timeout_s)
 
 
 @pytest.fixture(scope="module")

@@ -96,6 +96,13 @@ class EscrowClient(ContractClient):
     def thaw(self, key: bytes | str, drafter: str, lane: int) -> TxResult:
         return self.send(key, "thaw", to_checksum_address(drafter), lane)
 
+    def funded_lanes(self, operator: str | None = None) -> list[tuple[str, str, int, LaneState]]:
+        """Every lane ever funded (``operator``'s only, when given), sorted: (operator, drafter, lane
+        id, its state now)."""
+        wanted = to_checksum_address(operator) if operator is not None else None
+        keys = {(e["operator"], e["drafter"], int(e["lane"])) for e in self.events("LaneFunded")}
+        return [(op, dr, i, self.lane(op, dr, i)) for op, dr, i in sorted(keys) if wanted in (None, op)]
+
     def withdraw(self, key: bytes | str, amount: int) -> TxResult:
         """Take ``amount`` wei of the sender's pool back (at once: the pool is promised to nobody)."""
         return self.send(key, "withdraw", amount)
@@ -120,11 +127,9 @@ def escrow_status(escrow: EscrowClient) -> dict:
     """JSON-ready, for `specmarket chain status`: each operator's pool and each funded lane (balance,
     paid, owed, a pending thaw), every amount in ETH."""
     operators = sorted({e["operator"] for e in escrow.events("Deposited")})
-    lanes = sorted({(e["operator"], e["drafter"], int(e["lane"])) for e in escrow.events("LaneFunded")})
     pools = {op: format_ether(escrow.pool(op)) for op in operators}
     rows = []
-    for op, dr, lane_id in lanes:
-        state = escrow.lane(op, dr, lane_id)
+    for op, dr, lane_id, state in escrow.funded_lanes():
         rows.append({
             "operator": op,
             "drafter": dr,

@@ -110,12 +110,8 @@ def operator_status(escrow, operator: str) -> dict:
     from eth_utils import to_checksum_address
 
     operator = to_checksum_address(operator)
-    funded = escrow.events("LaneFunded")
-    lanes = sorted({(e["drafter"], int(e["lane"])) for e in funded if e["operator"] == operator})
-    rows = []
-    for drafter, lane_id in lanes:
-        state = escrow.lane(operator, drafter, lane_id)
-        rows.append({"drafter": drafter, "lane": lane_id, **vars(state)})
+    lanes = escrow.funded_lanes(operator)
+    rows = [{"drafter": dr, "lane": lane_id, **vars(state)} for _, dr, lane_id, state in lanes]
     now = int(escrow.w3.eth.get_block("latest")["timestamp"])
     return {
         "escrow": escrow.address,
@@ -147,8 +143,9 @@ def status_lines(status: dict) -> list[str]:
 
 def _cmd_deposit(args: argparse.Namespace) -> int:
     escrow, (key, operator) = _escrow(args), _key(args)
-    tx = escrow.deposit(key, parse_ether(args.eth))
-    print(f"deposited {format_ether(parse_ether(args.eth))}; pool of {operator}: "
+    amount = parse_ether(args.eth)
+    tx = escrow.deposit(key, amount)
+    print(f"deposited {format_ether(amount)}; pool of {operator}: "
           f"{format_ether(escrow.pool(operator))} (gas {tx.gas_used})")  # fmt: skip
     return 0
 
