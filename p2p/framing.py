@@ -71,6 +71,7 @@ class FrameStream:
         self.vocab_size = vocab_size
         self.allowed = allowed
         self.max_gamma = max_gamma
+        self.sending = trio.Lock()  # one frame at a time: a generate stream carries chunks and draft messages
 
     @property
     def peer_id(self) -> str:
@@ -80,7 +81,8 @@ class FrameStream:
         data = encode(message)
         try:
             with trio.fail_after(timeout_s):
-                await self.rw.write_msg(data)
+                async with self.sending:
+                    await self.rw.write_msg(data)
         except trio.TooSlowError as exc:
             raise StreamFailed(f"writing to {self.peer_id} took longer than {timeout_s:.3f} s") from exc
         except (BaseLibp2pError, OSError, EOFError) as exc:

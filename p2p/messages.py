@@ -4,8 +4,12 @@ Two protocols share the codec:
 - ``/specmarket/draft/3.1.0`` (target <-> drafter): ``open``, ``advance`` and, last, ``settle`` from the
   target; ``payout`` (once, after ``open``) and ``draft`` back (an answer to the last message, or an
   *early draft* for a later round that names its ``basis``).
-- ``/specmarket/generate/1.0.0`` (client <-> target): ``request`` from the client; ``chunk`` blocks,
-  then ``done`` (or ``error``) back.
+- ``/specmarket/generate/1.2.0`` (client <-> target): ``request`` from the client; ``chunk`` blocks,
+  then ``done`` (or ``error``) back. A request with ``draft`` makes the client its own job's drafter:
+  between the chunks the target sends it the draft protocol's ``open`` / ``advance``, and the client
+  answers with ``draft`` frames on the same stream (node.client.drafting). 1.1.0 is the same without
+  ``draft``; a request that leaves ``draft`` out (false) is a 1.1.0 request, so a plain client talks
+  to either version.
 
 Nothing received from the network is trusted: ``decode`` checks the frame size, the msgpack
 structure, every field's type, every length, γ bounds and token ids < V before building a message.
@@ -34,7 +38,9 @@ MAX_OPEN_DEADLINE_MS = 60_000  # the longest draft deadline a target keeps (node
 # 3.0.0: price, payout address, accepted counts, vouchers; 3.1.0: the open states the target's deadline;
 # 3.2.0: a paying open names the escrow, chain, operator and lane it pays from, and the job's largest pay
 DRAFT_PROTOCOL_ID = "/specmarket/draft/3.2.0"
-GENERATE_PROTOCOL_ID = "/specmarket/generate/1.1.0"  # 1.1.0: answers end at end-of-sequence unless ignore_eos
+# 1.1.0: answers end at end-of-sequence unless ignore_eos; 1.2.0: a request may ask to draft for itself
+GENERATE_PROTOCOL_ID = "/specmarket/generate/1.2.0"
+GENERATE_PROTOCOL_V1_1 = "/specmarket/generate/1.1.0"  # still served: a 1.1.0 client never drafts
 MAX_FRAME_BYTES = 256 * 1024  # a 4k-token context as msgpack ints is < 20 KB; anything larger is hostile
 MAX_CONTEXT_TOKENS = 8192
 MAX_JOB_ID_BYTES = 64
@@ -161,6 +167,7 @@ class Request:
     top_p: float
     seed: int | None
     ignore_eos: bool = False
+    draft: bool = False  # 1.2.0: the client drafts for this request itself (never paid, never in the market)
 
 
 @dataclass(frozen=True)
@@ -208,10 +215,22 @@ TO_DRAFTER = frozenset({"open", "advance", "settle"})
 TO_TARGET = frozenset({"draft", "payout", "error"})
 TO_SERVER = frozenset({"request"})
 TO_CLIENT = frozenset({"chunk", "done", "error"})
+# a drafting client's stream: after its request only drafts (or an error: it stops drafting) go to the
+# target; the draft protocol's open and advance come to the client between the chunks
+TO_SERVER_DRAFTING = frozenset({"draft", "error"})
+TO_CLIENT_DRAFTING = TO_CLIENT | {"open", "advance"}
+# fields added by a later protocol version: a frame may leave them out (an older peer's); they then
+# take their defaults, and are left out of a frame when they hold their defaults
+_OPTIONAL: dict[str, frozenset[str]] = {"request": frozenset({"draft"})}
 
 
 def encode(message: Message) -> bytes:
-    body = {"type": _KIND_OF[type(message)], **asdict(message)}
+    kind = _KIND_OF[type(message)]
+    fields = asdict(message)
+    for name in _OPTIONAL.get(kind, ()):
+        if fields[name] == type(message).__dataclass_fields__[name].default:
+            del fields[name]
+    body = {"type": kind, **fields}
     data = msgpack.packb(body, use_bin_type=True)
     if len(data) > MAX_FRAME_BYTES:
         raise InvalidMessage(f"refusing to send a {len(data)}-byte frame (max {MAX_FRAME_BYTES})")
@@ -317,6 +336,7 @@ def _request(body: dict, vocab: int, max_gamma: int) -> Request:
         _float(body, "top_p", 1e-9, 1.0),
         seed,
         _flag(body, "ignore_eos"),
+        _flag(body, "draft") if "draft" in body else False,
     )
 
 
@@ -386,6 +406,6 @@ def decode(
     if not isinstance(kind, str) or kind not in _KINDS or (allowed is not None and kind not in allowed):
         raise InvalidMessage(f"unexpected message type {kind!r}")
     expected = {"type", *_KINDS[kind].__dataclass_fields__}
-    if set(body) != expected:
+    if not set(body) <= expected or not expected - _OPTIONAL.get(kind, frozenset()) <= set(body):
         raise InvalidMessage(f"{kind} message fields {sorted(map(str, body))} != {sorted(expected)}")
     return _BUILDERS[kind](body, vocab_size, max_gamma)

@@ -1,30 +1,47 @@
-"""Plain `ask` over libp2p across a flaky link (issue 42 §2, the part that needs no client drafting):
+"""`ask` over libp2p across a flaky link (issue 42 §2), plain and drafting for itself (`ask --draft`):
 a real target process, and the client dialing it through node.lab.flaky_link. With 20, 50 and 100 ms
-of round trip the answer is plain decoding's, token for token; a link cut mid-answer gives the client
-one clear error, and asking again with the same seed gives the whole answer."""
+of round trip the answer is plain decoding's, token for token, and no round waits past its deadline
+for a client's draft; a link cut mid-answer gives the client one clear error, and asking again with
+the same seed gives the whole answer; a job beside a drafting client's slow one is untouched."""
 
 from __future__ import annotations
 
 import pytest
+import trio
 
+from node.client.drafting import ClientDraftConfig, ClientDrafter
 from node.client.p2p import AskFailed, ask_p2p, make_request
 from node.lab.flaky_link import FlakyLink, LinkConfig
 from node.model.decoding import GenerateConfig, generate
-from tests.netutil import start_target
+from node.model.pairs import get_pair
+from p2p.messages import Done
+from tests.netutil import TEST_PAIR, start_target
 from verifier.params import SamplingParams
 
-pytestmark = pytest.mark.slow(seconds=30)
+pytestmark = pytest.mark.slow(seconds=40)
 
 PROMPT = "def parse(self, text):\n"
 MAX_TOKENS = 24
 SEED = 5
+# the target's draft deadline (stated, so the test knows it): a client 100 ms away answers past it, one
+# 20 ms away well inside it
+DEADLINE_MS = 60
+# a round's wait may pass its deadline by the time trio takes to wake the round once it passed (a few
+# ms on a loaded two-core machine); a round that waited for the answer of a client 100 ms away would
+# wait at least 90 ms (the link's delay less its jitter, both ways), past this bound
+WAKE_SLACK_MS = 20
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory):
-    node = start_target(tmp_path_factory.mktemp("flaky"))
+    """No drafter peers; a client's drafting is never stopped by the wait budget (--wait-budget 0)."""
+    node = start_target(tmp_path_factory.mktemp("flaky"), "--draft-deadline-ms", str(DEADLINE_MS), "--wait-budget", "0")
     yield node
     node.stop()
+
+
+def drafter() -> ClientDrafter:
+    return ClientDrafter(ClientDraftConfig(get_pair(TEST_PAIR).draft_dir()))
 
 
 def via(link_port: int, target_addr: str) -> str:
@@ -38,21 +55,25 @@ def upstream(target_addr: str) -> tuple[str, int]:
     return parts[2], int(parts[4])
 
 
-def ask_through(portal, target, cfg: LinkConfig) -> tuple[str, str | None, FlakyLink]:
-    """Ask once through a fresh link: (text streamed, error or None, the link)."""
+def ask_through(
+    portal, target, cfg: LinkConfig, draft: bool | ClientDrafter = False
+) -> tuple[str, str | None, FlakyLink, Done | None]:
+    """Ask once through a fresh link, drafting for the request (with a fresh drafter, or the one
+    given) or not: (text streamed, error or None, the link, the answer's summary or None)."""
     addr = target.lines["multiaddr"][0]
     link = FlakyLink(upstream(addr), cfg)
     port, stop = portal.start(link.serve)
     streamed: list[str] = []
     request = make_request(PROMPT, MAX_TOKENS, 0.8, 1.0, SEED)
+    done, error = None, None
     try:
-        portal.run(ask_p2p, via(port, addr), request, streamed.append)
-        error = None
+        client = draft if isinstance(draft, ClientDrafter) else drafter() if draft else None
+        done = portal.run(ask_p2p, via(port, addr), request, streamed.append, client)
     except AskFailed as exc:
         error = str(exc)
     finally:
         stop()
-    return "".join(streamed), error, link
+    return "".join(streamed), error, link, done
 
 
 @pytest.fixture(scope="module")
@@ -63,18 +84,65 @@ def plain(pair):
 
 @pytest.mark.parametrize("rtt_ms", [20, 50, 100])
 def test_an_answer_across_a_slow_link_is_plain_decodings_succeeds(portal, target, plain, rtt_ms):
-    text, error, link = ask_through(portal, target, LinkConfig(delay_ms=rtt_ms / 2, jitter_ms=rtt_ms / 10))
+    text, error, link, _ = ask_through(portal, target, LinkConfig(delay_ms=rtt_ms / 2, jitter_ms=rtt_ms / 10))
     assert error is None, error
     assert text == plain["text"]
     assert min(link.stats.delays_ms) >= 0 and link.stats.bytes_to_client > 0
 
 
-def test_a_link_cut_mid_answer_is_one_clear_error_and_the_same_ask_again_completes_succeeds(portal, target, plain):
-    _, _, whole = ask_through(portal, target, LinkConfig())
+@pytest.mark.parametrize("draft", [False, True], ids=["plain", "drafting"])
+def test_a_link_cut_mid_answer_is_one_clear_error_and_the_same_ask_again_completes_succeeds(
+    portal, target, plain, draft
+):
+    _, _, whole, _ = ask_through(portal, target, LinkConfig(), draft)
     cut_at = whole.stats.bytes_to_client * 2 // 3  # past the handshake, before the answer's end
-    text, error, link = ask_through(portal, target, LinkConfig(cut_after_bytes=cut_at))
+    text, error, link, _ = ask_through(portal, target, LinkConfig(cut_after_bytes=cut_at), draft)
     assert link.stats.cuts == 1
     assert error is not None and error.startswith("the generation stream failed"), error
     assert plain["text"].startswith(text) and text != plain["text"], (text, plain["text"])  # a part, then the error
-    again, error, _ = ask_through(portal, target, LinkConfig())  # the client resumes: the same request again
+    again, error, _, _ = ask_through(portal, target, LinkConfig(), draft)  # the client resumes: the same request
     assert error is None and again == plain["text"]
+
+
+@pytest.mark.parametrize("rtt_ms", [20, 50, 100])
+def test_a_drafting_client_across_a_slow_link_costs_no_round_more_than_its_deadline_succeeds(
+    portal, target, plain, rtt_ms
+):
+    client = drafter()
+    text, error, _, done = ask_through(portal, target, LinkConfig(rtt_ms / 2, rtt_ms / 10), draft=client)
+    assert error is None and done is not None, error
+    # the client timed the link (its request to the target's open) and leaves its answers the way back
+    # (at most half a deadline: past it, every answer goes out at once, empty)
+    way_back_s = client.session.way_back_s if client.session is not None else None
+    assert way_back_s is not None and way_back_s >= min(0.9 * rtt_ms, DEADLINE_MS) / 2 / 1000, way_back_s
+    assert text == plain["text"] and list(done.tokens) == plain["tokens"]
+    s = done.stats
+    assert s["draft_rounds"] > 0 and s["draft_wait_ms_max"] <= DEADLINE_MS + WAKE_SLACK_MS, s
+    if rtt_ms == 20:  # well inside the deadline: the client's drafts arrive in time, and help
+        assert s["client_tokens_accepted"] > 0, s
+
+
+def test_a_job_beside_a_drafting_clients_slow_one_is_untouched_succeeds(portal, target, plain):
+    """A drafting client 100 ms away and a plain client on loopback, at once: the plain job's rounds
+    never wait for the far client's drafts (it has no drafter), and both answers are plain decoding's."""
+    addr = target.lines["multiaddr"][0]
+    link = FlakyLink(upstream(addr), LinkConfig(delay_ms=50, jitter_ms=10))
+    port, stop = portal.start(link.serve)
+    request = make_request(PROMPT, MAX_TOKENS, 0.8, 1.0, SEED)
+    done: dict[str, Done] = {}
+
+    async def both() -> None:
+        async def one(name: str, where: str, client: ClientDrafter | None) -> None:
+            done[name] = await ask_p2p(where, request, lambda _: None, client)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "far", via(port, addr), drafter())
+            nursery.start_soon(one, "near", addr, None)
+
+    try:
+        portal.run(both)
+    finally:
+        stop()
+    assert list(done["near"].tokens) == list(done["far"].tokens) == plain["tokens"]
+    assert "draft_rounds" not in done["near"].stats  # no drafting of any kind in the job beside
+    assert done["far"].stats["draft_rounds"] > 0  # ... while the far one drafted

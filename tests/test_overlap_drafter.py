@@ -286,6 +286,9 @@ def test_without_a_stated_deadline_and_for_early_drafts_blocks_have_no_clock(pai
     session.deadline_s = SLOW_DEADLINE_S
     assert session.extension(Step(Kind.ANSWER, GAMMA)).until == ANSWER_SHARE * SLOW_DEADLINE_S
     assert session.extension(Step(Kind.EARLY, 2 * GAMMA + 1)).until == float("inf")
+    session.way_back_s = 0.05  # a drafter 50 ms from its target (a client across a slow link) ends sooner
+    assert session.extension(Step(Kind.ANSWER, GAMMA)).until == ANSWER_SHARE * SLOW_DEADLINE_S - 0.05
+    assert session.extension(Step(Kind.EARLY, 2 * GAMMA + 1)).until == float("inf")  # early drafts: no clock
 
 
 def test_an_advance_interrupts_an_early_block_and_its_tokens_are_kept(pair):

@@ -13,7 +13,9 @@ from p2p.messages import (
     MAX_FRAME_BYTES,
     MAX_OPEN_DEADLINE_MS,
     MAX_PRICE_WEI,
+    TO_CLIENT_DRAFTING,
     TO_DRAFTER,
+    TO_SERVER_DRAFTING,
     Advance,
     Chunk,
     Done,
@@ -60,6 +62,7 @@ GOOD = [
     Draft("j", 5, (), (1, 2, 3, 4, 5), 0.0),  # the basis may reach back to k = 0
     Request("def f(", 32, 0.7, 0, 0.9, None),
     Request("x", 1, 1.0, 5, 1.0, 12),
+    Request("x", 1, 1.0, 5, 1.0, 12, ignore_eos=True, draft=True),  # 1.2.0: the client drafts for itself
     Chunk((1, 2), "ab"),
     Chunk((), ""),
     Done("job", (1, 2, 3), 9, {"acceptance_rate": 0.5, "target_passes": 3}, {"12D3Koo": 2}),
@@ -280,3 +283,29 @@ def test_direction_is_enforced():
     with pytest.raises(InvalidMessage, match="unexpected message type 'draft'"):
         decode(frame, vocab_size=V, allowed=TO_DRAFTER)
     assert decode(encode(Advance("j", (1,), 1)), vocab_size=V, allowed=TO_DRAFTER) == Advance("j", (1,), 1)
+
+
+def test_a_plain_request_is_a_1_1_0_request_and_a_drafting_one_names_draft():
+    """A 1.1.0 target checks a request's exact field set: a plain request must keep that shape, so a
+    new client talks to an old target; ``draft`` goes out only when set, and must be a boolean."""
+    plain = msgpack.unpackb(encode(Request("x", 1, 1.0, 5, 1.0, 12)))
+    assert set(plain) == {"type", "prompt", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos"}
+    assert msgpack.unpackb(encode(Request("x", 1, 1.0, 5, 1.0, 12, draft=True)))["draft"] is True
+    with pytest.raises(InvalidMessage, match="'draft' must be a boolean"):
+        decode(msgpack.packb({**plain, "draft": 1}), vocab_size=V)
+    with pytest.raises(InvalidMessage, match="fields"):  # only fields a later version added may be left out
+        decode(msgpack.packb({k: v for k, v in plain.items() if k != "ignore_eos"}), vocab_size=V)
+
+
+def test_a_drafting_clients_stream_admits_drafts_only_after_its_request():
+    """The target reads drafts (and an error) from a drafting client; never a payout (it is never
+    paid) nor a second request. The client reads the draft protocol's open and advance besides."""
+    with pytest.raises(InvalidMessage, match="unexpected message type 'payout'"):
+        decode(encode(Payout("j", "0x" + "ab" * 20)), vocab_size=V, allowed=TO_SERVER_DRAFTING)
+    with pytest.raises(InvalidMessage, match="unexpected message type 'request'"):
+        decode(encode(Request("x", 1, 1.0, 5, 1.0, 12)), vocab_size=V, allowed=TO_SERVER_DRAFTING)
+    assert decode(encode(Draft("j", 3, (1,))), vocab_size=V, allowed=TO_SERVER_DRAFTING) == Draft("j", 3, (1,))
+    for message in (Open("j", (1,), 0.8, 0, 1.0, 5, 4, 0), Advance("j", (1,), 2), Chunk((1,), "a")):
+        assert decode(encode(message), vocab_size=V, allowed=TO_CLIENT_DRAFTING) == message
+    with pytest.raises(InvalidMessage, match="unexpected message type 'settle'"):
+        decode(encode(Settle("j", 1)), vocab_size=V, allowed=TO_CLIENT_DRAFTING)

@@ -328,6 +328,14 @@ def check_answer(ran: Ran, shell: Shell) -> None:
         assert json.loads(Path(receipt.group(1)).read_text()), ran.stderr
 
 
+def check_own_drafts(ran: Ran, shell: Shell) -> None:
+    """`ask --draft`: the same answer as the first `ask` of the section (the same seed), and the
+    count of the client's own draft tokens the target accepted."""
+    first = next(r for r in shell.ran if "specmarket ask" in r.line.command)
+    assert ran.stdout == first.stdout, (ran.stdout, first.stdout)
+    assert re.search(r"your drafts: \d+ of \d+ tokens accepted", ran.stderr), ran.stderr
+
+
 def check_curl(ran: Ran, shell: Shell) -> None:
     """The HTTP API answers the curl examples with JSON choices (OpenAI-compatible)."""
     try:
@@ -412,6 +420,7 @@ CHECKS: tuple[tuple[str, Callable[[Line], bool], Callable[[Ran, Shell], None]], 
     ("bonded", lambda line: "bonds" in line.comment and "ETH" in line.comment, check_bonded),
     ("ask", lambda line: "specmarket ask" in line.command, check_answer),
     ("curl", lambda line: line.command.startswith("curl "), check_curl),
+    ("own drafts", lambda line: "your drafts" in line.comment, check_own_drafts),
     ("slashed", lambda line: "challenged, resolved, slashed, paid" in line.comment, check_slashed),
     ("key", lambda line: "specmarket keys new" in line.command, check_key),
     ("paid", lambda line: "prints what was paid" in line.comment, check_paid),
@@ -420,7 +429,7 @@ CHECKS: tuple[tuple[str, Callable[[Line], bool], Callable[[Ran, Shell], None]], 
     ("pool back", lambda line: "the pool back" in line.comment, check_pool_back),
 )
 EXPECTED_CHECKS = {
-    "by_hand": {"target", "ask", "curl"},
+    "by_hand": {"target", "ask", "own drafts", "curl"},
     "bond": {"quoted", "target", "bonded", "ask", "slashed"},
     "payment": {"target", "key", "ask", "paid", "paid shown", "operator view", "pool back"},
 }

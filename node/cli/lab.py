@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from node.cli.lab_link import add_bench_link
 from node.cli.options import add_pair_option, defaults, positive_int
 from node.lab.config import (
     MAX_DEMO_TOKENS,
@@ -390,3 +391,4 @@ def add_lab_commands(sub) -> None:
     _add_bench_trees(sub)
     _add_bench_serve(sub)
     _add_bench_draft_length(sub)
+    add_bench_link(sub)

@@ -50,7 +50,10 @@ def _add_target(sub) -> None:
         "at least 100 ms)",
     )
     p.add_argument(
-        "--max-drafters", type=int, help=f"drafters asked per job; 0 = plain decoding (default {d['max_drafters']})"
+        "--max-drafters",
+        type=int,
+        help="drafter peers asked per job; 0 = none (a client may still draft for itself: ask --draft) "
+        f"(default {d['max_drafters']})",
     )
     p.add_argument(
         "--max-jobs",
@@ -377,6 +380,15 @@ def _add_ask(sub) -> None:
     )
     p.add_argument("--rpc", help=f"chain to check a receipt's operator on (default {d['rpc']})")
     p.add_argument("--deployments", type=Path, help=f"trusted <chainId>.json deployments (default {d['deployments']})")
+    p.add_argument(
+        "--draft",
+        action="store_true",
+        default=None,
+        help="draft for your own request with a draft model on this machine, over the same libp2p stream: the "
+        "target verifies your drafts (the answer is the target's whatever they are) and never pays for them; "
+        f"libp2p targets only (default {d['draft']})",
+    )
+    p.add_argument("--draft-model", type=Path, help="with --draft: the draft model directory (default: the pair's)")
     p.add_argument("--config", type=Path, help="TOML file whose [ask] table supplies defaults")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of streaming")
     p.set_defaults(func=_cmd_ask)
@@ -406,9 +418,11 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     for line in report.lines():
         print(line, file=sys.stderr)
     s = summary.get("stats", {})
+    accepted, drafted = s.get("client_tokens_accepted", 0), s.get("client_draft_tokens", 0)
+    own = f", your drafts: {accepted} of {drafted} tokens accepted" if cfg.draft else ""
     print(
         f"[{len(summary.get('tokens', []))} tokens, seed {summary.get('seed')}, "
-        f"acceptance {s.get('acceptance_rate', 0):.2f}, {s.get('target_passes', 0)} target passes]",
+        f"acceptance {s.get('acceptance_rate', 0):.2f}, {s.get('target_passes', 0)} target passes{own}]",
         file=sys.stderr,
     )
     return 0

@@ -73,6 +73,10 @@ class AskConfig:
     verify_model: bool = False  # hash the model's files again rather than trust the hash cache
     rpc: str = DEFAULT_RPC
     deployments: Path = DEFAULT_DEPLOYMENTS_DIR
+    # draft for the request here, over the same libp2p stream (node.client.drafting): the pair's draft
+    # model, or draft_model
+    draft: bool = False
+    draft_model: Path | None = None
 
     def __post_init__(self) -> None:
         check_target(self.target)
@@ -83,6 +87,18 @@ class AskConfig:
             raise InvalidParams("--system needs --chat")
         if self.chat and not self.over_http:
             raise InvalidParams("--chat needs an http:// target (the libp2p protocol carries plain prompts)")
+        if self.draft and self.over_http:
+            raise InvalidParams(
+                "--draft needs the target's libp2p multiaddr: drafting for your own request sends drafts while the "
+                "answer streams, which an HTTP request cannot (README, 'Draft for your own request')"
+            )
+        if self.draft_model is not None and not self.draft:
+            raise InvalidParams("--draft-model needs --draft")
+
+    @property
+    def draft_dir(self) -> Path:
+        """The draft model the client drafts with (``--draft``): ``draft_model``, else the pair's."""
+        return get_pair(self.pair).draft_dir(self.draft_model)
 
     @property
     def messages(self) -> list[dict[str, str]]:
@@ -151,12 +167,19 @@ def answer(cfg: AskConfig, on_text: Callable[[str], None]) -> dict[str, Any]:
 
 
 async def _ask_p2p(cfg: AskConfig, on_text: Callable[[str], None]) -> dict[str, Any]:
+    import trio
+
     from node.client.p2p import ask_p2p, make_request
 
     request = make_request(
         cfg.prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_p, cfg.seed, top_k=cfg.top_k, ignore_eos=cfg.ignore_eos
     )
-    done = await ask_p2p(cfg.target, request, on_text)
+    drafter = None
+    if cfg.draft:
+        from node.client.drafting import ClientDraftConfig, ClientDrafter
+
+        drafter = await trio.to_thread.run_sync(ClientDrafter, ClientDraftConfig(cfg.draft_dir))
+    done = await ask_p2p(cfg.target, request, on_text, drafter)
     return {
         "job": done.job,
         "tokens": list(done.tokens),

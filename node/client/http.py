@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from node.runtime.web import http_json
 from p2p import safe_json
 from verifier.errors import SpecmarketError
 
@@ -22,7 +23,6 @@ MAX_LINE_BYTES = 4 << 20  # the final chunk carries every token id (and the prom
 MAX_STREAM_BYTES = 64 << 20
 MAX_ERROR_BYTES = 64 << 10
 MAX_SHOWN_CHARS = 300  # of a non-JSON error body
-HTTP_TIMEOUT_S = 300.0  # one completion on a busy 2-core machine
 
 
 class ClientError(SpecmarketError):
@@ -156,16 +156,6 @@ def _read_stream(response: http.client.HTTPResponse, on_text: Callable[[str], No
                 raise MalformedStream("the final chunk has no 'specmarket' object")
             final = {**extension, "finish_reason": choice["finish_reason"]}
     raise MalformedStream("the stream ended before 'data: [DONE]'")
-
-
-def http_json(
-    url: str, body: dict | None = None, timeout_s: float = HTTP_TIMEOUT_S, max_bytes: int = MAX_STREAM_BYTES
-) -> dict:
-    """GET ``url`` (or POST ``body`` as JSON) and decode the JSON answer (at most ``max_bytes``)."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return safe_json.loads(resp.read(max_bytes), f"the answer from {url}")
 
 
 def complete(http: str, prompt: str, *, seed: int, max_tokens: int, temperature: float = 1.0, **kw) -> dict:

@@ -19,7 +19,6 @@ import http.client
 import logging
 import random
 import time
-from dataclasses import replace
 from functools import partial
 
 import multiaddr
@@ -28,21 +27,21 @@ from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from libp2p.utils.varint import encode_uvarint
 
 from node.chain.vouchers import SignedVoucher
-from node.client.http import http_json
 from node.drafter.config import DrafterConfig
 from node.drafter.cover import CoverChecks
 from node.drafter.cover_watch import CoverCheck, CoverWatch
+from node.drafter.drive import drive
 from node.drafter.redeem import redeem_voucher
-from node.drafter.session import MS, DraftSession, Kind, ProtocolViolation, Step
-from node.drafter.strategies import forge, garbage_frames, make_behaviour, make_proposer
+from node.drafter.session import DraftSession, ProtocolViolation
+from node.drafter.strategies import make_behaviour, make_proposer
 from node.drafter.terms import Terms
 from node.drafter.wallet import Wallet, WalletFull
 from node.model.adapter import HFCausalLM
 from node.model.loading import load_model_dir, tokenizer_fingerprint
 from node.model.prefix_cache import PrefixCache
+from node.runtime.web import http_json
 from p2p.discovery import PointLink, announce, drafter_namespace, withdraw
 from p2p.framing import FrameStream, StreamEnded, StreamFailed
 from p2p.host import InvalidAddress, parse_peer_addr, peer_addrs, running_host
@@ -128,27 +127,15 @@ class DrafterNode:
         self.background: trio.Nursery | None = None  # cover checks and redemptions run here (run())
 
     def _new_session(self, msg: Open) -> DraftSession:
-        params = SamplingParams(msg.temperature, msg.top_k, msg.top_p)  # raises InvalidParams
+        SamplingParams(msg.temperature, msg.top_k, msg.top_p)  # raises InvalidParams before any fork
         fork: HFCausalLM = self.prefixes.fork_for(msg.context)  # the prompt's shared prefix already cached
         if len(msg.context) + msg.gamma > fork.max_positions:
             raise ProtocolViolation(f"context of {len(msg.context)} tokens does not fit the draft model")
         proposer = make_proposer(self.cfg.strategy, fork, self.tokenizer, self.rng.randrange(1 << 32))
         behaviour = make_behaviour(self.cfg.strategy, self.rng, self.cfg.slow_ms)
-        return DraftSession(
-            msg.job,
-            list(msg.context),
-            params,
-            msg.seed,
-            msg.gamma,
-            msg.start,
-            proposer,
-            behaviour,
-            fork.max_positions,
-            overlap=self.cfg.overlap,
-            min_confidence=self.cfg.min_confidence,
-            asked_at=time.perf_counter(),
-            price_wei=msg.price_wei,
-            deadline_s=msg.deadline_ms / MS,
+        cfg = self.cfg
+        return DraftSession.opened(
+            msg, proposer, behaviour, fork.max_positions, overlap=cfg.overlap, min_confidence=cfg.min_confidence
         )
 
     async def _open_session(self, fs: FrameStream) -> DraftSession:
@@ -189,7 +176,7 @@ class DrafterNode:
                         await self._covered(check)
                     else:
                         nursery.start_soon(self._covered, check)
-                nursery.start_soon(self._drafting, fs, session)
+                nursery.start_soon(drive, fs, session, self.model.vocab_size)
                 await self._read_advances(fs, session)
         except BaseExceptionGroup as group:  # the reader's end (or a failed send) is the session's end
             raise error_leaves(group)[0] from None
@@ -248,66 +235,6 @@ class DrafterNode:
             (log.warning if row.error else log.info)("%s", row.line())
         except (SpecmarketError, OSError) as exc:
             log.warning("cannot redeem %s's voucher: %s", account, exc)
-
-    async def _drafting(self, fs: FrameStream, session: DraftSession) -> None:
-        """Draft what the session needs next and send it; wait for an advance when nothing is needed."""
-        while True:
-            step = session.next_step()
-            if step is None:
-                session.changed = trio.Event()
-                await session.changed.wait()
-            elif len(session.path) < step.need:
-                await self._extend(session, step)  # then plan again: an advance may have come meanwhile
-            else:
-                await self._send(fs, session, step)
-
-    async def _extend(self, session: DraftSession, step: Step) -> None:
-        epoch, cancel, interrupt, k = session.epoch, session.cancel, session.interrupt, session.k
-        ext = session.extension(step)
-        drafted = await trio.to_thread.run_sync(session.draft_tokens, ext, cancel, interrupt)
-        session.extended(epoch, drafted, ext.count, cancel, k)
-        if epoch != session.epoch:
-            log.debug(
-                "job %s: dropped %d of %d draft tokens at k=%d: stale work",
-                session.job, len(drafted.tokens), ext.count, ext.start,
-            )  # fmt: skip
-
-    async def _send(self, fs: FrameStream, session: DraftSession, step: Step) -> None:
-        b = session.behaviour
-        draft, since = session.draft_for(step)
-        if b.empty:  # stall: no early drafts, and every answer empty, just before the deadline
-            if step.kind is Kind.EARLY:
-                session.mark_sent(draft, since, time.perf_counter())
-                return
-            draft = replace(draft, tokens=())
-        if b.delay_s:
-            await trio.sleep(b.delay_s)  # slow: the state may move on meanwhile; the draft goes out stale
-        if b.forge_basis:
-            draft = forge(draft, self.model.vocab_size)
-        draft = session.mark_sent(draft, since, time.perf_counter())
-        if b.garbage:
-            await self._send_garbage(fs, session)
-        else:
-            for _ in range(b.copies):
-                await fs.send(draft, SEND_TIMEOUT_S)
-            session.tokens_sent += len(draft.tokens)
-        kind = "early draft" if step.kind is Kind.EARLY else "answer"
-        log.debug("job %s: sent %s of %d tokens at k=%d", session.job, kind, len(draft.tokens), draft.start)
-        if b.drop_after is not None and session.drafts_sent >= b.drop_after:
-            log.info("job %s: dropping the connection on purpose (flaky)", session.job)
-            # shielded: the reader sees the stream end at once, and libp2p's clean-up of the connection
-            # runs inside this call; cancelled half-way, the dead connection would stay in the swarm
-            with trio.move_on_after(SEND_TIMEOUT_S, shield=True):
-                await fs.stream.muxed_conn.close()
-            raise StreamFailed("connection dropped on purpose (flaky)")
-
-    async def _send_garbage(self, fs: FrameStream, session: DraftSession) -> None:
-        frames = garbage_frames(session.job, session.k, self.model.vocab_size)
-        body = frames[session.garbage_index % len(frames)]
-        session.garbage_index += 1
-        log.info("job %s: sending a malformed frame (%d bytes) on purpose", session.job, len(body))
-        with trio.fail_after(SEND_TIMEOUT_S):
-            await fs.stream.write(encode_uvarint(len(body)) + body)
 
     async def handle_stream(self, stream: INetStream) -> None:
         fs = FrameStream(stream, vocab_size=self.model.vocab_size, allowed=TO_DRAFTER)

@@ -24,11 +24,12 @@ sent; the drafter goes straight on to the next early draft.
 **Answers in time.** The target waits ``deadline`` (its open says how long) for an answer to an
 advance; a later one misses its round, and misses in a row bench the drafter. So an answer to an
 advance is drafted against a clock: no token is started that would end past ``ANSWER_SHARE`` of the
-deadline after the advance arrived (the rest is left for the way back), and the answer goes out with
-the tokens it has, none if need be: an empty answer still tells the target at once that it decodes
-this round alone. An advance also *interrupts* an extension in flight at the next token boundary (its
-tokens are kept where the advance agrees with them), so the answer to it never waits for the end of an
-early block drafted for the round before.
+deadline after the advance arrived (the rest is left for the way back; a drafter far from its target,
+such as a client drafting for itself across a slow link, also leaves the link's one-way delay,
+``way_back_s``), and the answer goes out with the tokens it has, none if need be: an empty answer
+still tells the target at once that it decodes this round alone. An advance also *interrupts* an
+extension in flight at the next token boundary (its tokens are kept where the advance agrees with
+them), so the answer to it never waits for the end of an early block drafted for the round before.
 
 State changes happen on the trio thread; only ``draft_tokens`` runs in a worker thread, and only one
 at a time per session, so the session's KV cache has one user.
@@ -45,7 +46,7 @@ import trio
 
 from node.drafter.strategies import Behaviour
 from node.drafter.terms import Terms
-from p2p.messages import MAX_DRAFT_MS, Advance, Draft
+from p2p.messages import MAX_DRAFT_MS, Advance, Draft, Open
 from verifier.decode import Proposer
 from verifier.errors import SpecmarketError
 from verifier.model import common_prefix
@@ -95,6 +96,7 @@ class DraftSession:
     cancel: threading.Event = field(default_factory=threading.Event)  # set on a drop: stop drafting for it
     interrupt: threading.Event = field(default_factory=threading.Event)  # set on an advance: return, keep the tokens
     deadline_s: float = 0.0  # what the target waits for an answer to an advance (its open; 0: not stated)
+    way_back_s: float = 0.0  # the link's one-way delay, when the drafter knows it (a client: node.client.drafting)
     cut_at: int = -1  # the k whose answer the clock ended: send what the path holds
     token_s: float = 0.0  # the last drafted token's time (the clock's estimate of the next one)
     proposals: int = 0  # proposer calls so far
@@ -106,6 +108,7 @@ class DraftSession:
     short_at: int = -1  # the k at which the proposer gave fewer tokens than asked: send what there is
     changed: trio.Event = field(default_factory=trio.Event)
     drafts_sent: int = 0
+    early_sent: int = 0  # ... of which early drafts (sent while the target verified the answer before)
     rounds: int = 1  # rounds the target asked for: the open, then one per advance
     tokens_sent: int = 0  # draft tokens sent (answers and early drafts), for the session's last log line
     garbage_index: int = 0
@@ -116,6 +119,35 @@ class DraftSession:
     matched: int = 0
     credited: int = 0  # the target's count of this drafter's accepted tokens (its newest advance)
     settled: bool = False  # the target's settle came: the session is over
+
+    @classmethod
+    def opened(
+        cls,
+        msg: Open,
+        proposer: Proposer,
+        behaviour: Behaviour,
+        max_positions: int,
+        *,
+        overlap: bool,
+        min_confidence: float,
+    ) -> DraftSession:
+        """The session an ``open`` starts (its sampling parameters checked: InvalidParams)."""
+        return cls(
+            msg.job,
+            list(msg.context),
+            SamplingParams(msg.temperature, msg.top_k, msg.top_p),
+            msg.seed,
+            msg.gamma,
+            msg.start,
+            proposer,
+            behaviour,
+            max_positions,
+            overlap=overlap,
+            min_confidence=min_confidence,
+            asked_at=time.perf_counter(),
+            price_wei=msg.price_wei,
+            deadline_s=msg.deadline_ms / MS,
+        )
 
     # -- trio thread ---------------------------------------------------------------------------
     def advance(self, msg: Advance, now: float) -> None:
@@ -209,6 +241,7 @@ class DraftSession:
         self.drafts_sent += 1
         if draft.basis:
             self.early = (draft.start, draft.basis, len(draft.tokens))
+            self.early_sent += 1
         elif draft.start == self.k:
             self.answered, self.answered_at, self.answer_len = self.k, now, len(draft.tokens)
         return replace(draft, draft_ms=round(min(max(now - since, 0.0) * MS, MAX_DRAFT_MS), 3))
@@ -219,7 +252,7 @@ class DraftSession:
         round alone and asks for it only at the next round (node.target.config.PREFILL_ALONE)."""
         if not self.deadline_s or self.rounds < 2:
             return NO_LIMIT
-        return self.asked_at + ANSWER_SHARE * self.deadline_s
+        return self.asked_at + ANSWER_SHARE * self.deadline_s - self.way_back_s
 
     def extension(self, step: Step) -> Extension:
         """What ``draft_tokens`` needs to grow the path towards ``step.need``; an answer's on a clock."""

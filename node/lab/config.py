@@ -122,3 +122,25 @@ class DraftLengthConfig:
             raise InvalidParams("every --thresholds value must be in [0, 1)")
         if self.temperature < 0 or self.transport_ms < 0:
             raise InvalidParams("--temperature and --transport-ms must be >= 0")
+
+
+@dataclass(frozen=True)
+class LinkBenchConfig:
+    """`specmarket bench-link` (node.lab.bench_link): plain `ask`, `ask --draft` and the market's
+    drafters, through a link of each round trip."""
+
+    pair: str = "qwen2.5-coder"
+    rtts_ms: tuple[int, ...] = (0, 20, 50, 100)
+    prompts: int = 3  # the first N code prompts (the libp2p protocol carries plain prompts)
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    repeats: int = 1
+    seed: int = 1
+    out: Path | None = None
+
+    def __post_init__(self) -> None:
+        get_pair(self.pair)
+        if not self.rtts_ms or any(not 0 <= rtt <= 10_000 for rtt in self.rtts_ms):
+            raise InvalidParams(f"--rtts must be round trips in [0, 10000] ms, got {self.rtts_ms}")
+        if self.prompts < 1 or self.repeats < 1 or self.max_new_tokens < 1:
+            raise InvalidParams("--prompts, --repeats and --max-new-tokens must be >= 1")

@@ -40,6 +40,7 @@ from verifier.tree import supports_trees
 
 if TYPE_CHECKING:
     from node.chain.operator import Operator
+    from node.target.sessions import RemoteSession
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,8 @@ class DraftingBackend(Protocol):
         self, job_id: str, params: SamplingParams, seed: int, gamma: int, max_tokens: int
     ) -> AbstractAsyncContextManager[JobProposer | None]:
         """Open draft sessions for one job of at most ``max_tokens`` new tokens; yields None when no
-        drafter is available."""
+        drafter is available. A backend that serves clients drafting for themselves also takes
+        ``client`` (a session on the client's own stream: node.target.client_drafts)."""
 
 
 class TextStream:
@@ -354,9 +356,11 @@ class Engine:
         leaves after the prompt, at most MAX_NEW_TOKENS (a full window is refused as too long)."""
         return max(1, min(MAX_NEW_TOKENS, self.pair.target.max_positions - prompt_len))
 
-    def _job_context(self, job_id: str, spec: RequestSpec):
+    def _job_context(self, job_id: str, spec: RequestSpec, client: RemoteSession | None = None):
         if self.drafting is None:
             return _no_drafting()
+        if client is not None:  # the job's client drafts for itself (node.target.client_drafts)
+            return self.drafting.job(job_id, spec.params, spec.seed, self.gamma, spec.max_tokens, client=client)
         return self.drafting.job(job_id, spec.params, spec.seed, self.gamma, spec.max_tokens)
 
     def _decode(self, proposer: Proposer | None, job: JobSpec, on_token, timer: list[TimedModel]) -> DecodeResult:
@@ -408,10 +412,17 @@ class Engine:
         return flipping_on_token
 
     async def complete(
-        self, req: CompletionRequest, on_chunk: ChunkSink | None = None, job_id: str | None = None
+        self,
+        req: CompletionRequest,
+        on_chunk: ChunkSink | None = None,
+        job_id: str | None = None,
+        client: RemoteSession | None = None,
     ) -> CompletionResult:
         """Run one job. ``on_chunk(tokens, text)`` is awaited in order for every verified chunk.
-        ``job_id``: the id the caller already told its client (a stream's id); None: a new one."""
+        ``job_id``: the id the caller already told its client (a stream's id); None: a new one.
+        ``client``: the client drafts for its job on this session (node.target.client_drafts)."""
+        if client is not None and self.drafting is None:
+            raise InvalidParams("this target drafts nothing (no drafting backend): ask without drafting")
         prompt = list(req.prompt) if isinstance(req.prompt, tuple) else encode_prompt(self.pair.tokenizer, req.prompt)
         if max(prompt) >= self.pair.target.vocab_size:
             raise InvalidParams(f"a prompt token id is outside the vocabulary of {self.pair.target.vocab_size}")
@@ -431,7 +442,7 @@ class Engine:
             stored = await trio.to_thread.run_sync(op.lookup, job.request) if op is not None else None
             if stored is not None:
                 return await self._replay(job_id, job, stored, on_chunk)
-            return await self._run_job(job_id, job, on_chunk)
+            return await self._run_job(job_id, job, on_chunk, client)
         except BaseExceptionGroup as group:  # trio's nurseries wrap; callers want the one real error
             error = sole_error(group)
             self.counters.count_end(error)
@@ -452,7 +463,7 @@ class Engine:
         stats = {**result.stats.to_dict(), "replayed": 1}
         return self._result(job_id, JobSpec(stored.request), result, {}, stats, stored)
 
-    async def _run_job(self, job_id: str, job: JobSpec, on_chunk):
+    async def _run_job(self, job_id: str, job: JobSpec, on_chunk, client: RemoteSession | None = None):
         spec = job.request
         text = StopText(TextStream(self.pair.tokenizer), spec.stop_sequences)
         send, receive = trio.open_memory_channel[tuple[int, ...]](math.inf)
@@ -474,7 +485,7 @@ class Engine:
                     await on_chunk(tokens, delta)
 
         started, timer = clock.started, []
-        async with self._job_context(job_id, spec) as proposer, trio.open_nursery() as nursery:
+        async with self._job_context(job_id, spec, client) as proposer, trio.open_nursery() as nursery:
             nursery.start_soon(forward_chunks)
             try:
                 result = await trio.to_thread.run_sync(self._decode, proposer, job, on_token, timer)

@@ -24,6 +24,7 @@ from market.ledger import Ledger
 from market.policy import Policy
 from market.registry import Registry
 from node.chain import ChainError
+from node.target.client_drafts import JobRegistry
 from node.target.config import WAIT_BUDGET_SHARE
 from node.target.rounds import MarketProposer
 from node.target.sessions import RemoteSession
@@ -145,10 +146,18 @@ class MarketDrafting:
 
     @asynccontextmanager
     async def job(
-        self, job_id: str, params: SamplingParams, seed: int, gamma: int, max_tokens: int = MAX_NEW_TOKENS
+        self,
+        job_id: str,
+        params: SamplingParams,
+        seed: int,
+        gamma: int,
+        max_tokens: int = MAX_NEW_TOKENS,
+        client: RemoteSession | None = None,
     ) -> AsyncIterator:
+        """The job's proposer, with the drafters the policy picks and, when the job's client drafts
+        for itself (``client``: node.target.client_drafts), the client; None when it has neither."""
         peers = self._select()
-        if not peers:
+        if not peers and client is None:
             yield None
             return
         proposer = MarketProposer(
@@ -159,7 +168,7 @@ class MarketDrafting:
             gamma=gamma,
             deadline_s=self.deadline_s,
             wait_budget=self.wait_budget,
-            registry=self.registry,
+            registry=self.registry if client is None else JobRegistry(self.registry),
             policy=self.policy,
             terms=self.paymaster.terms(self.ledger.lane, max_tokens) if self.paymaster is not None else UNPAID,
             tree_nodes=self.tree_nodes,
@@ -167,9 +176,13 @@ class MarketDrafting:
         if self.paymaster is not None and self.background is not None:
             proposer.on_payout = partial(self._start_cover, proposer.terms)
         proposer.opening = len(peers)
-        log.info("job %s: drafting with %s", job_id, ", ".join(peers))
+        log.info("job %s: drafting with %s", job_id, ", ".join([*peers, *(["its client"] if client else [])]))
         try:
             async with trio.open_nursery() as nursery:
+                if client is not None:
+                    proposer.client = client
+                    proposer.join(client)
+                    nursery.start_soon(proposer.read_drafts, client)
                 for peer in peers:
                     nursery.start_soon(self._join, peer, gamma, proposer)
                 proposer.refill = partial(self._refill, nursery, proposer, gamma)
@@ -179,7 +192,7 @@ class MarketDrafting:
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await self._close(job_id, proposer.sessions)
+                await self._close(job_id, [s for s in proposer.sessions if s is not client])
 
     def _refill(self, nursery: trio.Nursery, proposer: MarketProposer, gamma: int) -> bool:
         """A job whose drafters were all dropped (benched, failed, timed out) asks the policy's next

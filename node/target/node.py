@@ -21,6 +21,7 @@ from market.registry import Registry
 from node.chain.cheat import Cheat
 from node.model.loading import ModelPair, load_pair
 from node.runtime.ports import holding_port
+from node.target.client_drafts import client_session
 from node.target.config import TargetConfig, auto_deadline_ms
 from node.target.counters import ClientGone
 from node.target.engine import CompletionRequest, Engine, measure_plain_pass
@@ -30,7 +31,16 @@ from node.target.market import MarketDrafting
 from p2p.discovery import RendezvousPoint, drafter_namespace
 from p2p.framing import FrameStream, StreamFailed
 from p2p.host import peer_addrs, running_host
-from p2p.messages import GENERATE_PROTOCOL_ID, TO_SERVER, Chunk, Done, Error, InvalidMessage, Request
+from p2p.messages import (
+    GENERATE_PROTOCOL_ID,
+    GENERATE_PROTOCOL_V1_1,
+    TO_SERVER,
+    Chunk,
+    Done,
+    Error,
+    InvalidMessage,
+    Request,
+)
 from verifier.errors import SpecmarketError
 
 if TYPE_CHECKING:  # the chain's stack (web3, eth-account) loads only for a bonded target: see _bond
@@ -152,6 +162,8 @@ class TargetNode:
 
     async def _serve_request(self, fs: FrameStream, req: Request) -> None:
         assert self.engine is not None
+        # a drafting client's drafts come on this stream from now on (node.target.client_drafts)
+        client = client_session(fs, self.engine.gamma) if req.draft else None
 
         async def on_chunk(tokens: tuple[int, ...], text: str) -> None:
             try:
@@ -163,7 +175,7 @@ class TargetNode:
             creq = CompletionRequest(
                 req.prompt, req.max_new_tokens, req.temperature, req.top_p, req.top_k, req.seed, req.ignore_eos
             )
-            result = await self.engine.complete(creq, on_chunk)
+            result = await self.engine.complete(creq, on_chunk, client=client)
         except (StreamFailed, ClientGone):
             raise
         except SpecmarketError as exc:
@@ -224,14 +236,15 @@ class TargetNode:
                 model_name=Path(cfg.target_dir).name,  # what /v1/models names, as vLLM names its --model
                 model_hash=await self._model_hash(),
                 gamma=cfg.gamma,
-                drafting=drafting if cfg.max_drafters else None,
+                drafting=drafting,  # with --max-drafters 0, the jobs of clients drafting for themselves only
                 operator=self.operator,
                 cheat=cfg.cheat,
                 max_jobs=cfg.max_jobs,
                 plain_pass_s=self.plain_pass_s,
                 batch_rows=cfg.batch_rows,
             )
-            host.set_stream_handler(GENERATE_PROTOCOL_ID, self.handle_generate)
+            for protocol in (GENERATE_PROTOCOL_ID, GENERATE_PROTOCOL_V1_1):  # 1.1.0: a request never drafts
+                host.set_stream_handler(protocol, self.handle_generate)
             nursery.start_soon(point.watch, drafting.on_registration, drafting.on_gone)
             app = build_app(self.engine, self.status, cfg.http_limits)
             http_port_held.close()  # hypercorn binds it next

@@ -34,6 +34,7 @@ import trio
 
 from market.policy import Policy
 from market.registry import Registry
+from node.target.client_drafts import JobRegistry
 from node.target.config import PREFILL_ALONE, WAIT_BUDGET_SHARE
 from node.target.draft_timing import MAX_ROUND_RECORDS, MS, DraftTiming, RoundRecord
 from node.target.intake import DraftIntake
@@ -69,7 +70,7 @@ class MarketProposer(DraftIntake, WaitBudget):
         seed: int,
         gamma: int,
         deadline_s: float,
-        registry: Registry,
+        registry: Registry | JobRegistry,  # JobRegistry: the job's client drafts (node.target.client_drafts)
         policy: Policy,
         wait_budget: float = WAIT_BUDGET_SHARE,
         prefill_alone: bool = PREFILL_ALONE,
@@ -87,6 +88,7 @@ class MarketProposer(DraftIntake, WaitBudget):
         # new drafter (a refill) catches up on the context while the target decodes alone
         self.send_only = prefill_alone
         self.refill: Callable[[], bool] | None = None  # asks for a replacement drafter (MarketDrafting)
+        self.client: RemoteSession | None = None  # the job's client, drafting for itself (node.target.client_drafts)
         self.on_payout: Callable[[str], None] | None = None  # funds a payee's lane (MarketDrafting)
         self.refills = 0
         self.wait_budget = wait_budget  # 0: never stop waiting (see _over_budget)
@@ -183,7 +185,7 @@ class MarketProposer(DraftIntake, WaitBudget):
     async def _send_update(self, session: RemoteSession, context: list[int], k: int) -> None:
         if session.synced == 0:
             deadline_ms = min(MAX_OPEN_DEADLINE_MS, round(self.deadline_s * MS))
-            t = self.terms
+            t = UNPAID if session is self.client else self.terms
             msg = Open(
                 self.job, tuple(context), *self._params(), self.seed, self.gamma, k, t.price_wei, deadline_ms,
                 t.chain_id, t.escrow, t.operator, t.lane, t.max_pay_wei,
@@ -263,7 +265,8 @@ class MarketProposer(DraftIntake, WaitBudget):
         return r.tree if r.tree.tokens else EMPTY
 
     def _on_probation(self, session: RemoteSession) -> bool:
-        return self.policy.on_probation(self.registry.stats(session.peer_id))
+        """The job's own client never is: only its own answer is at stake (node.target.client_drafts)."""
+        return session is not self.client and self.policy.on_probation(self.registry.stats(session.peer_id))
 
     def _silent_on_probation(self, r: RoundState) -> list[RemoteSession]:
         """The peers on probation that round ``r`` asked and that have not answered it."""
@@ -379,8 +382,14 @@ class MarketProposer(DraftIntake, WaitBudget):
             "draft_budget_stopped_at_round": -1 if self.stopped_at is None else self.stopped_at,
             "draft_refills": self.refills,
             "lookup_tokens_accepted": self.lookup_accepted,
+            **self._client_timing(),
             **self.drafts.stats(),
         }
+
+    def _client_timing(self) -> dict[str, int]:
+        """A drafting client's own account: its draft tokens received in time, and accepted."""
+        c = self.client
+        return {} if c is None else {"client_draft_tokens": c.proposed, "client_tokens_accepted": c.accepted}
 
     def round_records(self) -> list[dict[str, float | int | str]]:
         return [r.to_json() for r in self.records]
@@ -391,4 +400,4 @@ class MarketProposer(DraftIntake, WaitBudget):
         if self.prompt_len is not None:
             self.emitted = len(context) - self.prompt_len
         self.round = RoundState()
-        return {s.peer_id: s.accepted for s in self.sessions if s.accepted}
+        return {s.peer_id: s.accepted for s in self.sessions if s.accepted and s is not self.client}
