@@ -17,7 +17,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 
 from node.drafter.config import DrafterConfig
 from node.drafter.peer import DrafterNode
-from node.drafter.session import ANSWER_SHARE, DraftSession, Kind, Step
+from node.drafter.session import ANSWER_SHARE, LINK_MARGIN_S, DraftSession, Kind, Step
 from node.drafter.strategies import Behaviour
 from p2p.framing import FrameStream
 from p2p.host import make_host, parse_listen, parse_peer_addr, peer_addrs
@@ -286,8 +286,11 @@ def test_without_a_stated_deadline_and_for_early_drafts_blocks_have_no_clock(pai
     session.deadline_s = SLOW_DEADLINE_S
     assert session.extension(Step(Kind.ANSWER, GAMMA)).until == ANSWER_SHARE * SLOW_DEADLINE_S
     assert session.extension(Step(Kind.EARLY, 2 * GAMMA + 1)).until == float("inf")
-    session.way_back_s = 0.05  # a drafter 50 ms from its target (a client across a slow link) ends sooner
-    assert session.extension(Step(Kind.ANSWER, GAMMA)).until == ANSWER_SHARE * SLOW_DEADLINE_S - 0.05
+    session.link_rtt_s = 0.01  # a link shorter than the share leaves: the share holds
+    assert session.extension(Step(Kind.ANSWER, GAMMA)).until == ANSWER_SHARE * SLOW_DEADLINE_S
+    session.link_rtt_s = SLOW_DEADLINE_S / 2  # a drafter far from its target (a client across a slow link)
+    until = SLOW_DEADLINE_S - SLOW_DEADLINE_S / 2 - LINK_MARGIN_S
+    assert session.extension(Step(Kind.ANSWER, GAMMA)).until == pytest.approx(until)
     assert session.extension(Step(Kind.EARLY, 2 * GAMMA + 1)).until == float("inf")  # early drafts: no clock
 
 

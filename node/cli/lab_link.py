@@ -28,6 +28,11 @@ def add_bench_link(sub) -> None:
     p.add_argument("--temperature", type=float, default=d["temperature"], help=f"default {d['temperature']}")
     p.add_argument("--repeats", type=positive_int, default=d["repeats"], help="interleaved repetitions (median)")
     p.add_argument("--out", type=Path, help="write bench_link.json into this directory")
+    p.add_argument(
+        "--wait-budget",
+        type=float,
+        help="the targets' --wait-budget (default: theirs); 0 = never stop drafting, to see what drafting alone costs",
+    )
     add_pair_option(p, d["pair"])
     p.set_defaults(func=_cmd_bench_link, pair=d["pair"])
 
@@ -35,6 +40,6 @@ def add_bench_link(sub) -> None:
 def _cmd_bench_link(args: argparse.Namespace) -> int:
     from node.lab.bench_link import run_bench_link
 
-    names = ("prompts", "max_new_tokens", "temperature", "repeats", "out", "pair")
+    names = ("prompts", "max_new_tokens", "temperature", "repeats", "out", "pair", "wait_budget")
     run_bench_link(LinkBenchConfig(rtts_ms=tuple(args.rtts), **{n: getattr(args, n) for n in names}))
     return 0

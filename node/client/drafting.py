@@ -9,9 +9,11 @@ the target's network to a third party. The target verifies the client's drafts l
 (node.target.client_drafts): the answer is the target's whatever they are; the client is never paid.
 
 Drafting is the client's own help, never a condition of the answer: an ``open`` this draft model
-cannot serve (a token id outside its vocabulary, a context longer than its window), a target that
-breaks the draft protocol, or a failed draft send ends the drafting with a warning, the client tells
-the target (an ``error`` frame), and the answer goes on, decoded by the target alone.
+cannot serve (a token id outside its vocabulary, a context longer than its window), a link whose
+round trip leaves no time within the target's draft deadline (timed by the stream's protocol
+negotiation and the request's wait for its ``open``), a target that breaks the draft protocol, or a
+failed draft send ends the drafting with a warning, the client tells the target (an ``error``
+frame), and the answer goes on, drafted by the target's market or decoded alone.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ import trio
 
 from node.drafter.config import DEFAULT_MIN_CONFIDENCE
 from node.drafter.drive import drive
-from node.drafter.session import MS, DraftSession, ProtocolViolation
+from node.drafter.session import LINK_MARGIN_S, MS, DraftSession, ProtocolViolation
 from node.drafter.strategies import STRATEGIES, make_behaviour, make_proposer
 from node.model.kernels import DEFAULT_KERNEL
 from p2p.framing import FrameStream, StreamFailed
 from p2p.messages import Advance, Error, InvalidMessage, Open
-from verifier.errors import InvalidParams
+from verifier.errors import InvalidParams, SpecmarketError
 
 if TYPE_CHECKING:
     from node.model.adapter import HFCausalLM
@@ -41,6 +43,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_SEND_TIMEOUT_S = 2.0  # telling the target the client stopped drafting: this long, or not at all
+
+
+class LinkTooSlow(SpecmarketError):
+    """The client's link to the target is slower than the target's draft deadline: no draft of its
+    could count, so it does not draft."""
 
 
 @dataclass(frozen=True)
@@ -70,17 +77,27 @@ class ClientDrafter:
         from node.model.loading import load_model_dir
 
         self.cfg = cfg
-        self.model, self.tokenizer = loaded or load_model_dir(cfg.model_dir, "draft", cfg.kernel)
+        if loaded is None:
+            loaded = load_model_dir(cfg.model_dir, "draft", cfg.kernel)
+            loaded[0].fork().extend([loaded[1].eos_token_id])  # warm up: a fresh process's first pass is slow
+        self.model, self.tokenizer = loaded
         self.rng = random.Random(cfg.seed)
         self.session: DraftSession | None = None
         self.stopped = ""  # why the client stopped drafting ("": it has not)
         self.scope: trio.CancelScope | None = None
         self.asked_at: float | None = None  # when the request went out: its open's arrival times the link
+        self.link_rtt_s: float | None = None  # the link's round trip, as the stream's opening timed it
 
     def asked(self) -> None:
         """The request is sent now: the open's arrival then bounds the link's round trip from above (the
-        target's set-up of the job counts in it), and half of that is the answers' way back."""
+        target's set-up of the job counts in it)."""
         self.asked_at = time.perf_counter()
+
+    def round_trip_s(self, now: float, deadline_s: float) -> float:
+        """The link's round trip, at most a deadline: the least of the stream's opening (one protocol
+        negotiation: a round trip and little else) and the request's wait for its open."""
+        timed = [t for t in (self.link_rtt_s, None if self.asked_at is None else now - self.asked_at) if t is not None]
+        return min([*timed, deadline_s]) if timed else 0.0
 
     async def take(self, msg: Open | Advance, fs: FrameStream, nursery: trio.Nursery) -> None:
         """One draft protocol message from the target; drafting runs in ``nursery``."""
@@ -91,7 +108,7 @@ class ClientDrafter:
                 self._open(msg, fs, nursery)
             else:
                 self._advance(msg)
-        except (ProtocolViolation, InvalidParams, InvalidMessage) as exc:
+        except (ProtocolViolation, InvalidParams, InvalidMessage, LinkTooSlow) as exc:
             await self.stop(fs, str(exc))
 
     def _open(self, msg: Open, fs: FrameStream, nursery: trio.Nursery) -> None:
@@ -107,12 +124,16 @@ class ClientDrafter:
         self.session = DraftSession.opened(
             msg, proposer, behaviour, fork.max_positions, overlap=cfg.overlap, min_confidence=cfg.min_confidence
         )
-        if self.asked_at is not None:  # past the deadline, every answer goes out at once, empty
-            self.session.way_back_s = min(time.perf_counter() - self.asked_at, msg.deadline_ms / MS) / 2
+        self.session.link_rtt_s = rtt_s = self.round_trip_s(time.perf_counter(), msg.deadline_ms / MS)
+        if msg.deadline_ms and rtt_s + LINK_MARGIN_S >= msg.deadline_ms / MS:  # no answer could arrive in time:
+            raise LinkTooSlow(  # stop at once, so that no round waits a round trip for an empty answer
+                f"the link's round trip ({MS * rtt_s:.0f} ms) leaves no time within the target's draft deadline "
+                f"({msg.deadline_ms} ms): let the target's drafters draft"
+            )
         nursery.start_soon(self._drive, fs, self.session)
         log.info(
-            "drafting for job %s (γ=%d, deadline %d ms, way back ≤ %.0f ms)",
-            msg.job, msg.gamma, msg.deadline_ms, MS * self.session.way_back_s,
+            "drafting for job %s (γ=%d, deadline %d ms, link round trip ≤ %.0f ms)",
+            msg.job, msg.gamma, msg.deadline_ms, MS * self.session.link_rtt_s,
         )  # fmt: skip
 
     def _advance(self, msg: Advance) -> None:
@@ -135,9 +156,9 @@ class ClientDrafter:
                 log.warning("stopped drafting: %s", self.stopped)
 
     async def stop(self, fs: FrameStream, why: str) -> None:
-        """Stop drafting for good, and tell the target, which then decodes alone."""
+        """Stop drafting for good, and tell the target: the job goes on with its market drafters, or alone."""
         self.stopped = why
-        log.warning("stopped drafting (the target goes on alone): %s", why)
+        log.warning("stopped drafting (the answer goes on without your drafts): %s", why)
         if self.session is not None:
             self.session.stop()
         if self.scope is not None:

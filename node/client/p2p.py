@@ -7,6 +7,7 @@ a target that does not speak it is told apart from one that cannot be reached.""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -73,7 +74,10 @@ async def _ask(target: str, request: Request, on_text: Callable[[str], None], dr
             raise AskFailed(f"cannot reach the target at {target}: no answer in {CONNECT_TIMEOUT_S:.0f} s") from None
         except (BaseLibp2pError, OSError) as exc:
             raise AskFailed(f"cannot reach the target at {target}: {str(exc) or type(exc).__name__}") from exc
+        opening = time.perf_counter()
         stream = await _open_stream(host, info.peer_id, target, drafting=drafter is not None)
+        if drafter is not None:  # the protocol's negotiation is one round trip: the link's, near enough
+            drafter.link_rtt_s = time.perf_counter() - opening
         fs = FrameStream(stream, vocab_size=CLIENT_VOCAB_BOUND, allowed=TO_CLIENT_DRAFTING if drafter else TO_CLIENT)
         try:
             return await _exchange(fs, request, on_text, drafter)

@@ -24,12 +24,13 @@ sent; the drafter goes straight on to the next early draft.
 **Answers in time.** The target waits ``deadline`` (its open says how long) for an answer to an
 advance; a later one misses its round, and misses in a row bench the drafter. So an answer to an
 advance is drafted against a clock: no token is started that would end past ``ANSWER_SHARE`` of the
-deadline after the advance arrived (the rest is left for the way back; a drafter far from its target,
-such as a client drafting for itself across a slow link, also leaves the link's one-way delay,
-``way_back_s``), and the answer goes out with the tokens it has, none if need be: an empty answer
-still tells the target at once that it decodes this round alone. An advance also *interrupts* an
-extension in flight at the next token boundary (its tokens are kept where the advance agrees with
-them), so the answer to it never waits for the end of an early block drafted for the round before.
+deadline after the advance arrived (the rest is left for the link: the target's clock started when it
+sent the advance; a drafter far from its target, such as a client drafting for itself across a slow
+link, leaves its link's whole round trip, ``link_rtt_s``, where that is longer), and the answer goes
+out with the tokens it has, none if need be: an empty answer still tells the target at once that it
+decodes this round alone. An advance also *interrupts* an extension in flight at the next token
+boundary (its tokens are kept where the advance agrees with them), so the answer to it never waits
+for the end of an early block drafted for the round before.
 
 State changes happen on the trio thread; only ``draft_tokens`` runs in a worker thread, and only one
 at a time per session, so the session's KV cache has one user.
@@ -56,6 +57,7 @@ MS = 1000.0
 # an answer to an advance is sent by this share of the target's deadline after the advance arrived:
 # the rest covers the way back (framing, the network, both event loops), ~2-3 ms on loopback
 ANSWER_SHARE = 0.8
+LINK_MARGIN_S = 0.005  # past a long link: both event loops and the framing, on top of its round trip
 NO_LIMIT = float("inf")
 
 
@@ -96,7 +98,7 @@ class DraftSession:
     cancel: threading.Event = field(default_factory=threading.Event)  # set on a drop: stop drafting for it
     interrupt: threading.Event = field(default_factory=threading.Event)  # set on an advance: return, keep the tokens
     deadline_s: float = 0.0  # what the target waits for an answer to an advance (its open; 0: not stated)
-    way_back_s: float = 0.0  # the link's one-way delay, when the drafter knows it (a client: node.client.drafting)
+    link_rtt_s: float = 0.0  # the link's round trip, when the drafter knows it (a client: node.client.drafting)
     cut_at: int = -1  # the k whose answer the clock ended: send what the path holds
     token_s: float = 0.0  # the last drafted token's time (the clock's estimate of the next one)
     proposals: int = 0  # proposer calls so far
@@ -252,7 +254,10 @@ class DraftSession:
         round alone and asks for it only at the next round (node.target.config.PREFILL_ALONE)."""
         if not self.deadline_s or self.rounds < 2:
             return NO_LIMIT
-        return self.asked_at + ANSWER_SHARE * self.deadline_s - self.way_back_s
+        # the target's clock started when it sent the advance: the share leaves a drafter near it both
+        # ways of its link; a far one leaves its link's whole round trip (the advance's way here, and back)
+        window = min(ANSWER_SHARE * self.deadline_s, self.deadline_s - self.link_rtt_s - LINK_MARGIN_S)
+        return self.asked_at + window
 
     def extension(self, step: Step) -> Extension:
         """What ``draft_tokens`` needs to grow the path towards ``step.need``; an answer's on a clock."""

@@ -149,7 +149,8 @@ def _start(
 ) -> tuple[dict[str, NodeProcess], frozenset[int] | None]:
     """The two targets on the first core, the drafter peer on the others; and the client's cores."""
     target_cpus, other_cpus = core_split()
-    options = {"plain": ("--max-drafters", "0"), "market": ("--max-drafters", "1")}
+    budget = () if cfg.wait_budget is None else ("--wait-budget", str(cfg.wait_budget))
+    options = {"plain": ("--max-drafters", "0", *budget), "market": ("--max-drafters", "1", *budget)}
     targets = {
         mode: start_target(work, *opts, name=f"target-{mode}", group=group, pair=cfg.pair, cpus=target_cpus)
         for mode, opts in options.items()
@@ -163,7 +164,8 @@ def _start(
 def print_report(report: dict) -> None:
     print(f"\nbench-link: {report['pair']}, {report['prompts']} prompts x {report['repeats']}, "
           f"{report['max_new_tokens']} tokens, T={report['temperature']}; {report['cpu']}")  # fmt: skip
-    print(f"target draft deadline: {report['deadline_ms']} ms; job tokens/s (tokens per target pass in brackets)")
+    budget = "the targets' default" if report["wait_budget"] is None else report["wait_budget"]
+    print(f"target draft deadline: {report['deadline_ms']} ms, wait budget {budget}; job tokens/s (tokens per pass)")
     print(f"{'RTT ms':>7} {'plain':>16} {'ask --draft':>16} {'market':>16} {'draft/plain':>12} {'market/plain':>13}")
     for rtt, row in report["table"].items():
         cells = [f"{row[m]['job_tokens_per_s']:>7.2f} ({row[m]['tokens_per_pass']:.2f})" for m in MODES]
@@ -175,10 +177,12 @@ def print_report(report: dict) -> None:
     )
 
 
-def stops_paying(rtts_ms: tuple[int, ...], speedup: dict[int, float]) -> int | None:
-    """The least round trip from which client drafting is no faster than plain at every longer one
-    measured; None while it is faster at the longest (or it never was: then the first)."""
-    paying = [rtt for rtt in sorted(rtts_ms) if speedup[rtt] > 1.0]
+def stops_paying(rtts_ms: tuple[int, ...], speedup: dict[int, float], accepted: dict[int, int]) -> int | None:
+    """The least round trip from which client drafting pays at no longer one measured; None while it
+    pays at the longest (or it never did: then the first). It pays where it is faster than plain and
+    the target accepted some of its tokens (a job that drafted nothing is plain decoding, whatever the
+    noise says)."""
+    paying = [rtt for rtt in sorted(rtts_ms) if speedup[rtt] > 1.0 and accepted[rtt] > 0]
     if not paying:
         return min(rtts_ms)
     later = [rtt for rtt in sorted(rtts_ms) if rtt > paying[-1]]
@@ -211,10 +215,12 @@ def run_bench_link(cfg: LinkBenchConfig) -> dict:
         rtt: {m: round(row[m]["job_tokens_per_s"] / row["plain"]["job_tokens_per_s"], 3) for m in ("client", "market")}
         for rtt, row in table.items()
     }
-    stops = stops_paying(cfg.rtts_ms, {rtt: speedup[rtt]["client"] for rtt in cfg.rtts_ms})
+    accepted = {rtt: table[rtt]["client"]["client_tokens_accepted"] for rtt in cfg.rtts_ms}
+    stops = stops_paying(cfg.rtts_ms, {rtt: speedup[rtt]["client"] for rtt in cfg.rtts_ms}, accepted)
     report = {
         "pair": cfg.pair, "cpu": cpu_summary(), "prompts": cfg.prompts, "repeats": cfg.repeats,
         "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "deadline_ms": deadline,
+        "wait_budget": cfg.wait_budget,
         "table": table, "speedup": speedup, "client_stops_paying_at_ms": stops,
     }  # fmt: skip
     print_report(report)

@@ -137,6 +137,7 @@ class LinkBenchConfig:
     repeats: int = 1
     seed: int = 1
     out: Path | None = None
+    wait_budget: float | None = None  # the targets' --wait-budget (None: their default; 0: never stop drafting)
 
     def __post_init__(self) -> None:
         get_pair(self.pair)
