@@ -40,8 +40,8 @@ def target(tmp_path_factory):
     node.stop()
 
 
-def drafter() -> ClientDrafter:
-    return ClientDrafter(ClientDraftConfig(get_pair(TEST_PAIR).draft_dir()))
+def drafter(strategy: str = "honest") -> ClientDrafter:
+    return ClientDrafter(ClientDraftConfig(get_pair(TEST_PAIR).draft_dir(), strategy=strategy))
 
 
 def via(link_port: int, target_addr: str) -> str:
@@ -148,3 +148,15 @@ def test_a_job_beside_a_drafting_clients_slow_one_is_untouched_succeeds(portal, 
     assert list(done["near"].tokens) == list(done["far"].tokens) == plain["tokens"]
     assert "draft_rounds" not in done["near"].stats  # no drafting of any kind in the job beside
     assert done["far"].stats["draft_rounds"] > 0  # ... while the far one drafted
+
+
+def test_a_client_that_answers_past_the_deadline_costs_its_job_two_deadlines_at_most_succeeds(portal, target, plain):
+    """The attack on "no round waits past its deadline": a client 20 ms away whose every answer comes a
+    second late (the slow strategy). Each round waits its deadline, not the second; two misses drop the
+    client from its own job, and the answer is plain decoding's."""
+    client = drafter("slow")
+    text, error, _, done = ask_through(portal, target, LinkConfig(10, 2), draft=client)
+    assert error is None and done is not None and text == plain["text"], error
+    s = done.stats
+    assert s["draft_wait_ms_max"] <= DEADLINE_MS + WAKE_SLACK_MS, s  # not the second the client takes
+    assert s["client_draft_tokens"] == 0 and s["draft_wait_seconds"] <= (2 * DEADLINE_MS + 4 * WAKE_SLACK_MS) / 1000, s
